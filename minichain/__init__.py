@@ -1,0 +1,10 @@
+"""minichain: a minimal define-by-run autodiff framework with data-parallel
+training over MPI and NCCL, shaped like Chainer + ChainerMN."""
+from minichain import backend  # noqa: F401
+from minichain.configuration import (config, using_config,  # noqa: F401
+                                     no_backprop_mode, force_backprop_mode)
+from minichain.variable import Variable, Parameter, as_variable  # noqa: F401
+from minichain.function_node import FunctionNode  # noqa: F401
+from minichain import functions  # noqa: F401
+
+__version__ = '0.1.0'

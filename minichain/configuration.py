@@ -1,0 +1,63 @@
+"""Global configuration: ``minichain.config`` and the context managers around it.
+
+Chainer keeps configuration in a thread-local object; we do the same so that a
+background thread (e.g. a prefetching iterator) never flips training mode for
+the main one.
+"""
+import contextlib
+import threading
+
+_DEFAULTS = {
+    'enable_backprop': True,   # record the graph during forward
+    'train': True,             # dropout active, batch norm uses batch statistics
+    'debug': False,            # check every gradient's shape/dtype and NaNs
+    'dtype': 'float32',        # default dtype of initializers
+}
+
+
+class _Config(threading.local):
+    """Thread-local configuration; unknown names raise ``AttributeError``."""
+
+    def __init__(self):
+        self.__dict__.update(_DEFAULTS)
+
+    def __getattr__(self, name):  # only called when normal lookup fails
+        raise AttributeError(
+            'minichain.config has no entry {!r}; known entries: {}'.format(
+                name, ', '.join(sorted(self.__dict__))))
+
+    def show(self):
+        """A printable listing of every entry and its current value."""
+        return '\n'.join('{:<16}{}'.format(k, v)
+                         for k, v in sorted(self.__dict__.items()))
+
+
+config = _Config()
+
+
+@contextlib.contextmanager
+def using_config(name, value):
+    """Temporarily set ``config.<name>`` to ``value`` inside a ``with`` block."""
+    if name in config.__dict__:
+        old = getattr(config, name)
+        setattr(config, name, value)
+        try:
+            yield
+        finally:
+            setattr(config, name, old)
+    else:
+        setattr(config, name, value)
+        try:
+            yield
+        finally:
+            delattr(config, name)
+
+
+def no_backprop_mode():
+    """Context manager in which functions record no graph (inference, updates)."""
+    return using_config('enable_backprop', False)
+
+
+def force_backprop_mode():
+    """Context manager that records the graph even inside ``no_backprop_mode``."""
+    return using_config('enable_backprop', True)

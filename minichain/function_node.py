@@ -1,0 +1,135 @@
+"""FunctionNode: one differentiable operation recorded on the tape.
+
+A subclass writes ``forward(inputs)`` on raw arrays and
+``backward(target_input_indexes, grad_outputs)`` that returns Variables built
+from *other functions*, so that the gradient itself is differentiable (double
+backprop comes for free). ``apply`` runs forward and, when backprop is enabled,
+links the node into the graph: inputs held strongly (backward needs them),
+outputs weakly (a dropped output must be able to die).
+"""
+import weakref
+
+from minichain import backend
+from minichain.configuration import config
+
+
+class FunctionNode:
+    """Base class of every differentiable operation.
+
+    Attributes:
+        inputs: tuple of input Variables (None until applied with backprop,
+            and again after backward freed the graph).
+        outputs: tuple of weak references to the output Variables.
+        generation: max generation of the inputs; backward visits nodes in
+            decreasing generation, so a node runs after all its consumers.
+    """
+
+    inputs = None
+    outputs = None
+    generation = 0
+    _input_indexes_to_retain = None
+    _output_indexes_to_retain = None
+    _retained_output_data = None
+    _freed = False
+
+    @property
+    def label(self):
+        """Short name used in error messages and graph dumps."""
+        return type(self).__name__
+
+    def apply(self, inputs):
+        """Run forward on ``inputs`` (Variables or arrays); return output Variables."""
+        from minichain.variable import Variable, as_variable
+        in_vars = tuple(as_variable(x) for x in inputs)
+        outputs = self.forward(tuple(x.array for x in in_vars))
+        if not isinstance(outputs, tuple):
+            raise TypeError('{}.forward must return a tuple of arrays, got {}'
+                            .format(self.label, type(outputs).__name__))
+        if config.debug:
+            _check_finite(self.label, 'forward output', outputs)
+        out_vars = tuple(Variable(y) for y in outputs)
+        if config.enable_backprop and any(x.requires_grad for x in in_vars):
+            self.generation = max(x.generation for x in in_vars)
+            self.inputs = in_vars
+            self.outputs = tuple(weakref.ref(y) for y in out_vars)
+            for y in out_vars:
+                y.creator = self
+            if self._output_indexes_to_retain is not None:
+                self._retained_output_data = tuple(
+                    outputs[i] for i in self._output_indexes_to_retain)
+        return out_vars
+
+    def forward(self, inputs):
+        """Compute outputs from input arrays; return a tuple of arrays."""
+        raise NotImplementedError(self.label + '.forward')
+
+    def backward(self, target_input_indexes, grad_outputs):
+        """Return gradients (Variables or None) for ``target_input_indexes``.
+
+        ``grad_outputs`` holds one Variable (or None) per output. The result
+        has one entry per target index, or one per input (then the entries
+        that are not targets are ignored).
+        """
+        raise NotImplementedError(
+            '{} does not implement backward'.format(self.label))
+
+    # -- what backward keeps -------------------------------------------------
+    def retain_inputs(self, indexes):
+        """Declare which inputs backward needs (call inside forward)."""
+        self._input_indexes_to_retain = tuple(indexes)
+
+    def retain_outputs(self, indexes):
+        """Declare which outputs backward needs (call inside forward)."""
+        self._output_indexes_to_retain = tuple(indexes)
+
+    def get_retained_inputs(self):
+        """The retained input Variables, in the order given to retain_inputs."""
+        self._check_not_freed()
+        return tuple(self.inputs[i] for i in self._input_indexes_to_retain)
+
+    def get_retained_outputs(self):
+        """The retained output Variables (re-created if the user dropped them).
+
+        A re-created output still has this node as creator, so a gradient
+        built from it flows back through this node when double-backpropagated.
+        """
+        from minichain.variable import Variable
+        self._check_not_freed()
+        result = []
+        for i, data in zip(self._output_indexes_to_retain,
+                           self._retained_output_data):
+            y = self.outputs[i]()
+            if y is None:
+                y = Variable(data)
+                y.creator = self
+                refs = list(self.outputs)
+                refs[i] = weakref.ref(y)
+                self.outputs = tuple(refs)
+            result.append(y)
+        return tuple(result)
+
+    # -- graph management ----------------------------------------------------
+    def free(self):
+        """Drop inputs and retained outputs so the upstream graph can die."""
+        self.inputs = None
+        self._retained_output_data = None
+        self._freed = True
+
+    def _check_not_freed(self):
+        if self._freed:
+            raise RuntimeError(
+                'the graph through {} was already freed by an earlier '
+                'backward(); pass retain_graph=True (or '
+                'enable_double_backprop=True) to that call to backpropagate '
+                'through it again'.format(self.label))
+
+
+def _check_finite(label, what, arrays):
+    """Debug mode: raise if any array holds NaN, naming the function."""
+    for i, a in enumerate(arrays):
+        if a is None or a.dtype.kind not in 'fc':
+            continue
+        xp = backend.get_array_module(a)
+        if bool(xp.isnan(a).any()):
+            raise RuntimeError('NaN detected in {} {} of {} (shape {}, dtype {})'
+                               .format(what, i, label, a.shape, a.dtype))

@@ -1,0 +1,11 @@
+"""minichain.functions (imported as F): every differentiable operation.
+
+One family file each; a family lists its public names in ``__all__``.
+"""
+from minichain.functions.basic_math import *  # noqa: F401,F403
+from minichain.functions.array import *  # noqa: F401,F403
+from minichain.functions.reduction import *  # noqa: F401,F403
+from minichain.functions.basic_math import install_variable_operators
+
+install_variable_operators()
+del install_variable_operators

@@ -1,0 +1,64 @@
+"""Input validation shared by the functions: errors name the function and shapes.
+
+A bad shape caught here gives ``matmul: inner dimensions differ: (2, 3) @ (4, 5)``
+instead of a NumPy traceback from deep inside a forward.
+"""
+from minichain import backend
+
+
+def check_array(func_name, x, what='input'):
+    """Raise TypeError unless ``x`` is an ndarray with a numeric dtype."""
+    if not backend.is_array(x):
+        raise TypeError('{}: {} must be a Variable or ndarray, got {}'
+                        .format(func_name, what, type(x).__name__))
+    if x.dtype.kind not in 'biufc':
+        raise TypeError('{}: {} has unsupported dtype {}'
+                        .format(func_name, what, x.dtype))
+
+
+def check_float(func_name, x, what='input'):
+    """Raise TypeError unless ``x`` is a floating-point ndarray."""
+    check_array(func_name, x, what)
+    if x.dtype.kind != 'f':
+        raise TypeError('{}: {} must be floating point, got dtype {}'
+                        .format(func_name, what, x.dtype))
+
+
+def check_same_dtype(func_name, *arrays):
+    """Raise TypeError when the arrays' dtypes differ."""
+    dtypes = [a.dtype for a in arrays]
+    if any(d != dtypes[0] for d in dtypes):
+        raise TypeError('{}: inputs must share one dtype, got {}'
+                        .format(func_name, ', '.join(map(str, dtypes))))
+
+
+def check_broadcastable(func_name, *shapes):
+    """Raise ValueError when ``shapes`` do not broadcast together."""
+    ndim = max(len(s) for s in shapes)
+    for axis in range(1, ndim + 1):
+        sizes = {s[-axis] for s in shapes if len(s) >= axis} - {1}
+        if len(sizes) > 1:
+            raise ValueError('{}: shapes {} cannot be broadcast together'
+                             .format(func_name,
+                                     ' and '.join(str(s) for s in shapes)))
+
+
+def normalize_axis(func_name, axis, ndim):
+    """Normalise ``axis`` (None, int or tuple) to a sorted tuple, or None."""
+    if axis is None:
+        return None
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    out = []
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise ValueError('{}: axis {} is out of range for an input with '
+                             '{} dimensions'.format(func_name, a, ndim))
+        out.append(a % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError('{}: repeated axis in {}'.format(func_name, axis))
+    return tuple(sorted(out))
+
+
+def unwrap(x):
+    """The array of a Variable, or ``x`` itself."""
+    return getattr(x, 'array', x)

@@ -1,0 +1,293 @@
+"""Arithmetic: add, sub, mul, div, neg, pow, matmul, and Variable's operators.
+
+Binary ops broadcast like NumPy; their backward sums each gradient back to
+its input's shape with the one shared ``sum_to``.
+"""
+from minichain.function_node import FunctionNode
+from minichain.variable import Variable, as_array
+from minichain.functions import array as _array
+from minichain.functions._check import check_array, check_broadcastable
+
+__all__ = ['add', 'sub', 'mul', 'div', 'neg', 'pow', 'matmul']
+
+
+def _sum_to(gy, shape):
+    """sum_to, skipped when no broadcasting happened (the common case)."""
+    return gy if gy.shape == shape else _array.sum_to(gy, shape)
+
+
+class Add(FunctionNode):
+    def forward(self, inputs):
+        a, b = inputs
+        self.shapes = (a.shape, b.shape)
+        return a + b,
+
+    def backward(self, indexes, grad_outputs):
+        gy, = grad_outputs
+        return tuple(_sum_to(gy, self.shapes[i]) for i in indexes)
+
+
+class Sub(FunctionNode):
+    def forward(self, inputs):
+        a, b = inputs
+        self.shapes = (a.shape, b.shape)
+        return a - b,
+
+    def backward(self, indexes, grad_outputs):
+        gy, = grad_outputs
+        return tuple(_sum_to(gy if i == 0 else -gy, self.shapes[i])
+                     for i in indexes)
+
+
+class Mul(FunctionNode):
+    def forward(self, inputs):
+        self.retain_inputs((0, 1))
+        a, b = inputs
+        return a * b,
+
+    def backward(self, indexes, grad_outputs):
+        a, b = self.get_retained_inputs()
+        gy, = grad_outputs
+        return tuple(_sum_to(gy * (b if i == 0 else a), (a, b)[i].shape)
+                     for i in indexes)
+
+
+class Div(FunctionNode):
+    def forward(self, inputs):
+        self.retain_inputs((0, 1))
+        a, b = inputs
+        return a / b,
+
+    def backward(self, indexes, grad_outputs):
+        a, b = self.get_retained_inputs()
+        gy, = grad_outputs
+        ga = gy / b
+        result = []
+        for i in indexes:
+            if i == 0:
+                result.append(_sum_to(ga, a.shape))
+            else:
+                result.append(_sum_to(-ga * a / b, b.shape))
+        return tuple(result)
+
+
+class Neg(FunctionNode):
+    def forward(self, inputs):
+        return -inputs[0],
+
+    def backward(self, indexes, grad_outputs):
+        return -grad_outputs[0],
+
+
+class Pow(FunctionNode):
+    def forward(self, inputs):
+        self.retain_inputs((0, 1))
+        a, b = inputs
+        return a ** b,
+
+    def backward(self, indexes, grad_outputs):
+        from minichain.functions.math import log
+        a, b = self.get_retained_inputs()
+        gy, = grad_outputs
+        result = []
+        for i in indexes:
+            if i == 0:
+                result.append(_sum_to(gy * b * a ** (b - 1), a.shape))
+            else:
+                result.append(_sum_to(gy * a ** b * log(a), b.shape))
+        return tuple(result)
+
+
+class PowConst(FunctionNode):
+    """x ** c for a scalar constant c (the common case: no log needed)."""
+
+    def __init__(self, c):
+        self.c = c
+
+    def forward(self, inputs):
+        self.retain_inputs((0,))
+        x, = inputs
+        return x ** x.dtype.type(self.c),
+
+    def backward(self, indexes, grad_outputs):
+        x, = self.get_retained_inputs()
+        c = self.c
+        return grad_outputs[0] * (c * x ** (c - 1)),
+
+
+class MatMul(FunctionNode):
+    def forward(self, inputs):
+        self.retain_inputs((0, 1))
+        a, b = inputs
+        return a @ b,
+
+    def backward(self, indexes, grad_outputs):
+        a, b = self.get_retained_inputs()
+        gy, = grad_outputs
+        result = []
+        for i in indexes:
+            if i == 0:
+                g = matmul(gy, _swap_last(b)) if b.ndim > 1 else \
+                    _outer_last(gy, b)
+                result.append(_sum_to(g, a.shape))
+            else:
+                g = matmul(_swap_last(a), gy) if a.ndim > 1 else \
+                    _outer_first(a, gy)
+                result.append(_sum_to(g, b.shape))
+        return tuple(result)
+
+
+def _swap_last(x):
+    axes = list(range(x.ndim))
+    axes[-1], axes[-2] = axes[-2], axes[-1]
+    return _array.transpose(x, axes)
+
+
+def _outer_last(gy, b):
+    # a (..., k) @ b (k,) -> y (...,): ga = gy[..., None] * b
+    return _array.expand_dims(gy, -1) * b
+
+
+def _outer_first(a, gy):
+    # a (k,) @ b (..., k, n) -> y (..., n): gb = a[:, None] * gy[..., None, :]
+    return _array.expand_dims(a, -1) * _array.expand_dims(gy, -2)
+
+
+def _binary(name, cls, a, b):
+    a_arr = a.array if isinstance(a, Variable) else a
+    b_arr = b.array if isinstance(b, Variable) else b
+    check_array(name, a_arr, 'first operand')
+    check_array(name, b_arr, 'second operand')
+    check_broadcastable(name, a_arr.shape, b_arr.shape)
+    return cls().apply((a, b))[0]
+
+
+def add(a, b):
+    """Elementwise ``a + b`` with NumPy broadcasting.
+
+    Args:
+        a, b (Variable or ndarray): broadcastable shapes.
+    Returns:
+        Variable of the broadcast shape.
+    """
+    return _binary('add', Add, a, b)
+
+
+def sub(a, b):
+    """Elementwise ``a - b`` with broadcasting (shapes as in :func:`add`)."""
+    return _binary('sub', Sub, a, b)
+
+
+def mul(a, b):
+    """Elementwise ``a * b`` with broadcasting (shapes as in :func:`add`)."""
+    return _binary('mul', Mul, a, b)
+
+
+def div(a, b):
+    """Elementwise ``a / b`` with broadcasting (shapes as in :func:`add`)."""
+    return _binary('div', Div, a, b)
+
+
+def neg(x):
+    """Elementwise ``-x``; output shape equals ``x.shape``."""
+    check_array('neg', getattr(x, 'array', x), 'x')
+    return Neg().apply((x,))[0]
+
+
+def pow(a, b):
+    """Elementwise ``a ** b``.
+
+    ``b`` may be a Python scalar (fast path, no gradient for it) or a
+    broadcastable Variable/array (then ``a`` should be positive, since the
+    gradient w.r.t. ``b`` is ``a ** b * log(a)``).
+    """
+    if isinstance(b, (int, float)):
+        check_array('pow', getattr(a, 'array', a), 'base')
+        return PowConst(b).apply((a,))[0]
+    return _binary('pow', Pow, a, b)
+
+
+def matmul(a, b):
+    """Matrix product ``a @ b`` with NumPy's rules (batched over leading axes).
+
+    Args:
+        a: (..., m, k) or (k,); b: (..., k, n) or (k,).
+    Returns:
+        Variable of shape (..., m, n) (1-D operands drop their axis).
+    Raises:
+        ValueError naming both shapes when the inner dimensions differ.
+    """
+    a_arr = a.array if isinstance(a, Variable) else a
+    b_arr = b.array if isinstance(b, Variable) else b
+    check_array('matmul', a_arr, 'a')
+    check_array('matmul', b_arr, 'b')
+    if a_arr.ndim == 0 or b_arr.ndim == 0:
+        raise ValueError('matmul: operands must have at least one axis, got '
+                         'shapes {} and {}'.format(a_arr.shape, b_arr.shape))
+    ka = a_arr.shape[-1]
+    kb = b_arr.shape[0] if b_arr.ndim == 1 else b_arr.shape[-2]
+    if ka != kb:
+        raise ValueError('matmul: inner dimensions differ: {} @ {} ({} != {})'
+                         .format(a_arr.shape, b_arr.shape, ka, kb))
+    if a_arr.dtype != b_arr.dtype:
+        raise TypeError('matmul: dtypes differ: {} and {}'
+                        .format(a_arr.dtype, b_arr.dtype))
+    return MatMul().apply((a, b))[0]
+
+
+# -- Variable operators --------------------------------------------------------
+def _operand(other, like):
+    """A Variable stays itself; scalars take the other operand's dtype."""
+    return other if isinstance(other, Variable) else as_array(other, like.array)
+
+
+def _lhs(op):
+    def method(self, other):
+        return op(self, _operand(other, self))
+    return method
+
+
+def _rhs(op):
+    def method(self, other):
+        return op(_operand(other, self), self)
+    return method
+
+
+def _pow_method(self, other):
+    if isinstance(other, (int, float)):
+        return pow(self, other)
+    return pow(self, _operand(other, self))
+
+
+def install_variable_operators():
+    """Give Variable its arithmetic operators (called once at import)."""
+    from minichain.functions.array import get_item, transpose, reshape
+    Variable.__add__ = _lhs(add)
+    Variable.__radd__ = _rhs(add)
+    Variable.__sub__ = _lhs(sub)
+    Variable.__rsub__ = _rhs(sub)
+    Variable.__mul__ = _lhs(mul)
+    Variable.__rmul__ = _rhs(mul)
+    Variable.__truediv__ = _lhs(div)
+    Variable.__rtruediv__ = _rhs(div)
+    Variable.__pow__ = _pow_method
+    Variable.__rpow__ = _rhs(pow)
+    Variable.__matmul__ = _lhs(matmul)
+    Variable.__rmatmul__ = _rhs(matmul)
+    Variable.__neg__ = neg
+    Variable.__pos__ = lambda self: self
+    Variable.__getitem__ = get_item
+    Variable.T = property(lambda self: transpose(self))
+
+    def _reshape(self, *shape):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = shape[0]
+        return reshape(self, tuple(shape))
+
+    def _transpose(self, *axes):
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = axes[0]
+        return transpose(self, tuple(axes) if axes else None)
+
+    Variable.reshape = _reshape
+    Variable.transpose = _transpose

@@ -1,0 +1,204 @@
+"""Numerical gradient checking: central differences in float64.
+
+``check_backward`` compares the analytic gradient of ``func`` with a numerical
+one element by element (two forwards per input element, so keep the inputs
+tiny) and, on failure, names the input, the worst element, both values and
+the tolerance.
+"""
+import numpy
+
+from minichain import backend
+from minichain.configuration import using_config
+from minichain.variable import Variable
+
+
+def numerical_grad(f, inputs, grad_outputs, eps=1e-3):
+    """Central-difference gradients of ``sum(f(*inputs) * grad_outputs)``.
+
+    Args:
+        f: callable taking no arguments and returning an array or a tuple of
+            arrays; it must read ``inputs`` (perturbed in place).
+        inputs: tuple of float ndarrays to perturb.
+        grad_outputs: tuple of arrays (or None) weighting each output.
+        eps: step size.
+    Returns:
+        tuple of float64 arrays shaped like ``inputs``.
+    """
+    grads = []
+    for x in inputs:
+        xp = backend.get_array_module(x)
+        gx = numpy.zeros(x.shape, dtype=numpy.float64)
+        flat = x.reshape(-1) if x.flags.c_contiguous else None
+        if flat is None:
+            raise ValueError('numerical_grad: inputs must be C-contiguous')
+        for i in range(x.size):
+            orig = flat[i].copy()
+            flat[i] = orig + eps
+            ys1 = _as_tuple(f())
+            flat[i] = orig - eps
+            ys2 = _as_tuple(f())
+            flat[i] = orig
+            d = 0.0
+            for y1, y2, gy in zip(ys1, ys2, grad_outputs):
+                if gy is None:
+                    continue
+                diff = (backend.to_cpu(y1).astype(numpy.float64)
+                        - backend.to_cpu(y2).astype(numpy.float64))
+                d += float((diff * backend.to_cpu(gy)).sum())
+            gx.reshape(-1)[i] = d / (2 * eps)
+        grads.append(gx if xp is numpy else xp.asarray(gx))
+    return tuple(grads)
+
+
+def _as_tuple(x):
+    if isinstance(x, tuple):
+        return x
+    if isinstance(x, list):
+        return tuple(x)
+    return (x,)
+
+
+def _arrays(outputs):
+    return tuple(y.array if isinstance(y, Variable) else y
+                 for y in _as_tuple(outputs))
+
+
+def check_backward(func, x_data, y_grad, params=(), eps=1e-3, atol=1e-5,
+                   rtol=1e-4, dtype=None, no_grads=None):
+    """Assert that ``func``'s backward matches numerical differentiation.
+
+    Args:
+        func: callable taking Variables and returning a Variable or a tuple.
+        x_data: an array or tuple of arrays (the inputs).
+        y_grad: an array or tuple of arrays (the output gradients), or None
+            for a scalar output (then 1 is used).
+        params: Parameters (or Variables) used inside ``func`` whose
+            gradients are checked too.
+        eps, atol, rtol: step size and tolerances.
+        dtype: if given (e.g. numpy.float64), inputs and params are cast to
+            it for the check, so that float32 code can be checked precisely.
+        no_grads: per-input flags; True means the input gets no gradient
+            (integer inputs are skipped automatically).
+    Raises:
+        AssertionError naming the input index, the worst element, both values
+        and the tolerance.
+    """
+    x_data = _as_tuple(x_data)
+    if dtype is not None:
+        x_data = tuple(x.astype(dtype) if x.dtype.kind == 'f' else x
+                       for x in x_data)
+    if no_grads is None:
+        no_grads = [x.dtype.kind != 'f' for x in x_data]
+    xs = [Variable(x.copy(), requires_grad=not ng)
+          for x, ng in zip(x_data, no_grads)]
+    saved_params = [p.array for p in params]
+    try:
+        if dtype is not None:
+            for p in params:
+                p.array = p.array.astype(dtype)
+        _check_backward(func, xs, y_grad, params, eps, atol, rtol)
+    finally:
+        for p, a in zip(params, saved_params):
+            p.array = a
+
+
+def _check_backward(func, xs, y_grad, params, eps, atol, rtol):
+    for p in params:
+        p.cleargrad()
+    ys = _as_tuple(func(*xs))
+    if y_grad is None:
+        if any(y.size != 1 for y in ys):
+            raise ValueError('check_backward: y_grad is None but the output '
+                             'has shape {}'.format(ys[0].shape))
+        y_grad = tuple(y.xp.ones_like(y.array) for y in ys)
+    y_grad = _as_tuple(y_grad)
+    if len(y_grad) != len(ys):
+        raise ValueError('check_backward: {} output gradients for {} outputs'
+                         .format(len(y_grad), len(ys)))
+    for y, gy in zip(ys, y_grad):
+        if gy is not None and gy.shape != y.shape:
+            raise ValueError('check_backward: y_grad shape {} differs from '
+                             'the output shape {}'.format(gy.shape, y.shape))
+    # Backpropagate sum(y * gy) through every output at once.
+    from minichain.functions import sum as f_sum
+    total = None
+    for y, gy in zip(ys, y_grad):
+        if gy is None:
+            continue
+        term = f_sum(y * gy)
+        total = term if total is None else total + term
+    total.backward()
+
+    targets = [x for x in xs if x.requires_grad] + list(params)
+    arrays = [x.array for x in targets]
+    # Read the analytic gradients now: ``func`` may touch them when the
+    # numerical pass calls it again (check_double_backward's does).
+    analytic = [None if v.grad is None else backend.to_cpu(v.grad).copy()
+                for v in targets]
+
+    def forward():
+        with using_config('enable_backprop', False):
+            return _arrays(func(*xs))
+
+    numeric = numerical_grad(forward, arrays, y_grad, eps)
+    for k, (v, gana, gnum) in enumerate(zip(targets, analytic, numeric)):
+        what = 'input {}'.format(xs.index(v)) if k < len(targets) - len(
+            params) else 'param {!r}'.format(v.name)
+        if gana is None:
+            gana = numpy.zeros_like(gnum)
+        _assert_close(what, backend.to_cpu(gana).astype(numpy.float64),
+                      backend.to_cpu(gnum), atol, rtol)
+
+
+def _assert_close(what, analytic, numeric, atol, rtol):
+    if analytic.shape != numeric.shape:
+        raise AssertionError('gradient of {} has shape {}, expected {}'
+                             .format(what, analytic.shape, numeric.shape))
+    err = numpy.abs(analytic - numeric)
+    tol = atol + rtol * numpy.abs(numeric)
+    if numpy.all(err <= tol):
+        return
+    worst = numpy.unravel_index(numpy.argmax(err - tol), err.shape)
+    raise AssertionError(
+        'check_backward: gradient of {} differs at index {}: analytic {!r} vs '
+        'numerical {!r} (|diff| {:.3g} > tolerance {:.3g} = atol {} + rtol {} '
+        '* |numerical|); {} of {} elements out of tolerance'.format(
+            what, tuple(int(i) for i in worst), float(analytic[worst]),
+            float(numeric[worst]), float(err[worst]), float(tol[worst]),
+            atol, rtol, int((err > tol).sum()), err.size))
+
+
+def check_double_backward(func, x_data, y_grad, x_grad_grad, params=(),
+                          eps=1e-3, atol=1e-4, rtol=1e-3, dtype=None):
+    """Check second derivatives: the backward of ``func``'s backward.
+
+    Builds ``g(x, gy) = d(sum(func(x) * gy))/dx`` with
+    ``enable_double_backprop=True`` and runs :func:`check_backward` on it with
+    ``x_grad_grad`` as the output gradient (both x and gy are checked).
+    """
+    x_data = _as_tuple(x_data)
+    y_grad = _as_tuple(y_grad)
+    n_x = len(x_data)
+
+    def first_order(*args):
+        from minichain.configuration import force_backprop_mode
+        from minichain.functions import sum as f_sum
+        xs, gys = args[:n_x], args[n_x:]
+        for v in tuple(params) + tuple(xs):
+            v.cleargrad()
+        # The numerical pass runs with backprop disabled; the first-order
+        # gradient still needs its graph.
+        with force_backprop_mode():
+            ys = _as_tuple(func(*xs))
+            total = None
+            for y, gy in zip(ys, gys):
+                term = f_sum(y * gy)
+                total = term if total is None else total + term
+            total.backward(enable_double_backprop=True)
+        grads = tuple(x.grad_var for x in xs if x.requires_grad)
+        for v in args:  # the inner backward also reached the gy inputs
+            v.cleargrad()
+        return grads
+
+    check_backward(first_order, x_data + y_grad, _as_tuple(x_grad_grad),
+                   eps=eps, atol=atol, rtol=rtol, dtype=dtype)

@@ -1,0 +1,335 @@
+"""Variable, Parameter and the generation-ordered backward walk.
+
+A Variable wraps an array and remembers the FunctionNode that created it.
+``backward()`` seeds the output gradient and visits creators from the highest
+generation down, so that a node runs only after every consumer of its outputs
+has delivered its gradient (a diamond graph is differentiated once per node).
+"""
+import heapq
+import itertools
+
+import numpy
+
+from minichain import backend
+from minichain.configuration import config, using_config
+
+
+class Variable:
+    """An array with a gradient and a link to the function that made it.
+
+    Args:
+        data: a NumPy or CuPy ndarray (or None, for a Parameter not yet
+            initialized).
+        requires_grad: whether backward computes a gradient for it.
+        name: optional name shown in ``repr`` and error messages.
+    """
+
+    # Make NumPy defer to our reflected operators: ``ndarray * Variable``
+    # then calls Variable.__rmul__ and returns a Variable.
+    __array_ufunc__ = None
+    __array_priority__ = 200
+
+    def __init__(self, data=None, requires_grad=True, name=None):
+        if data is not None and not backend.is_array(data):
+            if isinstance(data, numpy.generic):
+                data = numpy.asarray(data)
+            else:
+                raise TypeError(
+                    'Variable: data must be a NumPy or CuPy ndarray, got {} '
+                    '(wrap it with numpy.asarray first)'.format(
+                        type(data).__name__))
+        self._data = data
+        self.name = name
+        self.requires_grad = requires_grad
+        self._grad_var = None
+        self._creator = None
+        self.generation = 0
+
+    # -- data and gradient ----------------------------------------------------
+    @property
+    def array(self):
+        """The underlying ndarray."""
+        return self._data
+
+    @array.setter
+    def array(self, value):
+        self._data = value
+
+    data = array  # Chainer's historical alias
+
+    @property
+    def grad(self):
+        """The gradient as an ndarray, or None."""
+        return None if self._grad_var is None else self._grad_var.array
+
+    @grad.setter
+    def grad(self, g):
+        if g is None:
+            self._grad_var = None
+            return
+        self._check_grad(g, 'Variable.grad setter')
+        self._grad_var = Variable(g, requires_grad=False)
+
+    @property
+    def grad_var(self):
+        """The gradient as a Variable (it has a graph after double backprop)."""
+        return self._grad_var
+
+    @grad_var.setter
+    def grad_var(self, g):
+        if g is not None:
+            self._check_grad(g.array, 'Variable.grad_var setter')
+        self._grad_var = g
+
+    def _check_grad(self, g, where):
+        if self._data is not None and (g.shape != self._data.shape
+                                       or g.dtype != self._data.dtype):
+            raise ValueError(
+                '{}: gradient of shape {} dtype {} does not match variable {} '
+                'of shape {} dtype {}'.format(where, g.shape, g.dtype,
+                                              self._label(), self.shape,
+                                              self.dtype))
+
+    @property
+    def creator(self):
+        """The FunctionNode that produced this variable (None for a leaf)."""
+        return self._creator
+
+    @creator.setter
+    def creator(self, func):
+        self._creator = func
+        if func is not None:
+            self.generation = func.generation + 1
+
+    # -- array-like attributes ------------------------------------------------
+    shape = property(lambda self: self._data.shape)
+    ndim = property(lambda self: self._data.ndim)
+    size = property(lambda self: self._data.size)
+    dtype = property(lambda self: self._data.dtype)
+    xp = property(lambda self: backend.get_array_module(self._data))
+
+    def __len__(self):
+        return len(self._data)
+
+    def _label(self):
+        return repr(self.name) if self.name else '(unnamed)'
+
+    def __repr__(self):
+        if self._data is None:
+            return 'variable(uninitialized, name={!r})'.format(self.name)
+        body = numpy.array2string(backend.to_cpu(self._data), separator=', ',
+                                  prefix='variable(', threshold=20)
+        extra = ', name={!r}'.format(self.name) if self.name else ''
+        return 'variable({}, shape={}, dtype={}{})'.format(
+            body, self.shape, self.dtype, extra)
+
+    __str__ = __repr__
+
+    # -- graph operations -----------------------------------------------------
+    def cleargrad(self):
+        """Set the gradient to None (the next backward writes a fresh one)."""
+        self._grad_var = None
+
+    def zerograd(self):
+        """Set the gradient to zeros of the variable's shape."""
+        self._grad_var = Variable(self.xp.zeros_like(self._data),
+                                  requires_grad=False)
+
+    def unchain(self):
+        """Cut the link to the creator: this variable becomes a leaf."""
+        self._creator = None
+
+    def unchain_backward(self):
+        """Cut every creator link upstream of this variable (truncated BPTT)."""
+        seen = set()
+        stack = [self]
+        while stack:
+            v = stack.pop()
+            f = v._creator
+            v._creator = None
+            if f is None or id(f) in seen or f.inputs is None:
+                continue
+            seen.add(id(f))
+            stack.extend(f.inputs)
+
+    def to_cpu(self):
+        """Move data and gradient to host memory, in place."""
+        self._data = backend.to_cpu(self._data)
+        if self._grad_var is not None:
+            self._grad_var._data = backend.to_cpu(self._grad_var._data)
+        return self
+
+    def to_gpu(self, device=None):
+        """Move data and gradient to the GPU ``device``, in place."""
+        self._data = backend.to_gpu(self._data, device)
+        if self._grad_var is not None:
+            self._grad_var._data = backend.to_gpu(self._grad_var._data, device)
+        return self
+
+    def backward(self, retain_grad=False, enable_double_backprop=False,
+                 retain_graph=False):
+        """Compute gradients of this variable w.r.t. every leaf upstream.
+
+        Args:
+            retain_grad: keep the gradients of intermediate variables (by
+                default only leaves and this variable keep theirs).
+            enable_double_backprop: build a graph of the gradient computation
+                so that gradients can be differentiated again.
+            retain_graph: keep the graph for another backward. By default each
+                node frees its inputs once it has run, so activations die as
+                soon as they are no longer needed (a lower memory peak).
+
+        Gradients of leaves accumulate across calls until ``cleargrad``.
+        """
+        if self._creator is None:
+            return
+        if self._grad_var is None:
+            if self._data.size != 1:
+                raise ValueError(
+                    'Variable.backward: variable {} has shape {}; backward '
+                    'without a gradient needs a single element. Set '
+                    '`y.grad` first, or reduce to a scalar (e.g. F.sum).'
+                    .format(self._label(), self.shape))
+            self._grad_var = Variable(self.xp.ones_like(self._data),
+                                      requires_grad=False)
+        keep_graph = retain_graph or enable_double_backprop
+        with using_config('enable_backprop', enable_double_backprop):
+            _backward_walk(self, retain_grad, keep_graph)
+
+
+def _backward_walk(root, retain_grad, keep_graph):
+    """Visit creators in decreasing generation; accumulate input gradients."""
+    heap, queued, tiebreak = [], set(), itertools.count()
+    # Intermediate variables whose gradient waits for their creator. Freeing
+    # a consumer drops its strong reference to its inputs, so the walk keeps
+    # them alive here until their creator has run.
+    pending = {}
+
+    def push(func):
+        if id(func) not in queued:
+            queued.add(id(func))
+            heapq.heappush(heap, (-func.generation, next(tiebreak), func))
+
+    push(root._creator)
+    while heap:
+        func = heapq.heappop(heap)[2]
+        func._check_not_freed()
+        outputs = [ref() for ref in func.outputs]
+        grad_outputs = tuple(None if y is None else y._grad_var
+                             for y in outputs)
+        targets = tuple(i for i, x in enumerate(func.inputs) if x.requires_grad)
+        if targets and any(g is not None for g in grad_outputs):
+            grad_inputs = _call_backward(func, targets, grad_outputs)
+            for i, gx in zip(targets, grad_inputs):
+                if gx is None:
+                    continue
+                x = func.inputs[i]
+                if config.debug:
+                    _debug_check_grad(func, i, x, gx)
+                # Rebind, never +=: the old gradient array may be shared.
+                x._grad_var = gx if x._grad_var is None else x._grad_var + gx
+                if x._creator is not None:
+                    pending[id(x)] = x
+                    push(x._creator)
+        for y in outputs:
+            if y is not None:
+                pending.pop(id(y), None)
+                if not retain_grad and y is not root:
+                    y._grad_var = None
+        if not keep_graph:
+            func.free()
+
+
+def _call_backward(func, targets, grad_outputs):
+    """Run func.backward and normalise its result to one Variable per target."""
+    result = func.backward(targets, grad_outputs)
+    if not isinstance(result, (tuple, list)):
+        result = (result,)
+    if len(result) == len(func.inputs) and len(result) != len(targets):
+        result = tuple(result[i] for i in targets)
+    if len(result) != len(targets):
+        raise ValueError(
+            '{}.backward returned {} gradients for {} requested inputs'
+            .format(func.label, len(result), len(targets)))
+    return tuple(None if g is None else as_variable(g) for g in result)
+
+
+def _debug_check_grad(func, index, x, gx):
+    g = gx.array
+    if g.shape != x.shape or g.dtype != x.dtype:
+        raise ValueError(
+            '{}.backward: gradient for input {} has shape {} dtype {}, but the '
+            'input has shape {} dtype {}'.format(func.label, index, g.shape,
+                                                 g.dtype, x.shape, x.dtype))
+    if g.dtype.kind in 'fc' and bool(backend.get_array_module(g).isnan(g).any()):
+        raise RuntimeError('NaN detected in the gradient of input {} of {} '
+                           '(shape {})'.format(index, func.label, g.shape))
+
+
+class Parameter(Variable):
+    """A trainable Variable that an initializer may fill lazily.
+
+    Args:
+        initializer: an initializer object, a scalar or an array. An array
+            becomes the data at once; otherwise the data is created when the
+            shape is known (``initialize(shape)``).
+        shape: if given, initialize immediately.
+        name: the parameter's name inside its link.
+    """
+
+    def __init__(self, initializer=None, shape=None, name=None):
+        if backend.is_array(initializer):
+            super().__init__(initializer, name=name)
+            self.initializer = None
+        else:
+            super().__init__(None, name=name)
+            self.initializer = initializer
+            if shape is not None:
+                self.initialize(shape)
+        self.update_rule = None  # set by the optimizer that owns it
+        self._device = -1  # where lazy initialization puts the data
+
+    def initialize(self, shape):
+        """Create the data of ``shape`` with this parameter's initializer."""
+        from minichain import initializers
+        data = initializers.generate_array(self.initializer, shape, numpy)
+        if self._device >= 0:
+            data = backend.to_gpu(data, self._device)
+        self._data = data
+        self._grad_var = None
+
+    def to_cpu(self):
+        self._device = -1
+        return super().to_cpu() if self._data is not None else self
+
+    def to_gpu(self, device=None):
+        backend.check_cuda_available()
+        cupy = backend.get_cupy()
+        self._device = cupy.cuda.Device(device).id
+        return super().to_gpu(device) if self._data is not None else self
+
+    @property
+    def is_initialized(self):
+        return self._data is not None
+
+    def __repr__(self):
+        return 'parameter' + super().__repr__()[len('variable'):]
+
+
+def as_variable(x):
+    """Return ``x`` if it is a Variable, else wrap the array (no gradient)."""
+    if isinstance(x, Variable):
+        return x
+    return Variable(x, requires_grad=False)
+
+
+def as_array(x, like=None):
+    """Turn a scalar or array into an ndarray, using ``like``'s dtype and
+    device for Python and NumPy scalars (so ``x * 2`` keeps float32)."""
+    if isinstance(x, Variable):
+        return x.array
+    if backend.is_array(x):
+        return x
+    if like is not None:
+        return backend.get_array_module(like).asarray(x, dtype=like.dtype)
+    return numpy.asarray(x)
