@@ -1,0 +1,3 @@
+"""Convolution: convolution_2d, deconvolution_2d, im2col."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Metrics that are not differentiated: accuracy."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""The fully connected layer's function: linear."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Stochastic functions: dropout."""
+
+__all__ = []

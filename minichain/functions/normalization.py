@@ -1,0 +1,3 @@
+"""Normalization: batch_normalization, fixed_batch_normalization."""
+
+__all__ = []
