@@ -6,5 +6,10 @@ from minichain.configuration import (config, using_config,  # noqa: F401
 from minichain.variable import Variable, Parameter, as_variable  # noqa: F401
 from minichain.function_node import FunctionNode  # noqa: F401
 from minichain import functions  # noqa: F401
+from minichain.link import Link, Chain, ChainList, Sequential  # noqa: F401
+from minichain import initializers, links  # noqa: F401
+from minichain.optimizer import Optimizer  # noqa: F401
+from minichain import optimizers, optimizer_hooks  # noqa: F401
+from minichain import serializers  # noqa: F401
 
 __version__ = '0.1.0'

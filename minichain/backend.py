@@ -1,6 +1,7 @@
 """The NumPy/CuPy switch: the only module in minichain that imports cupy.
 
-Everything else asks ``xp = backend.get_array_module(x)`` and runs one code path.
+Everything else asks ``xp = backend.get_array_module(x)`` and runs one code
+path.
 When CuPy is missing (or no GPU answers) the package still imports and works on
 NumPy; a call that needs the GPU raises a ``RuntimeError`` that says why.
 """
@@ -9,7 +10,7 @@ import numpy
 try:
     import cupy
     _cupy_import_error = None
-except Exception as e:  # ImportError, or a broken CUDA install raising on import
+except Exception as e:  # ImportError, or a broken CUDA install raising
     cupy = None
     _cupy_import_error = e
 
@@ -79,7 +80,14 @@ def to_cpu(x):
 
 
 def to_gpu(x, device=None):
-    """Return ``x`` as a CuPy array on ``device`` (an int id or None = current)."""
+    """Return ``x`` as a CuPy array on ``device`` (an int id or None = current).
+
+    An array already there is returned as is; ``cupy.asarray`` inside the
+    device's context copies one from the host or from another GPU.
+
+    Raises:
+        RuntimeError: CuPy is missing or no GPU is available (says which).
+    """
     check_cuda_available()
     if x is None:
         return None

@@ -1,4 +1,4 @@
-"""Global configuration: ``minichain.config`` and the context managers around it.
+"""Global configuration: ``minichain.config`` and the context managers on it.
 
 Chainer keeps configuration in a thread-local object; we do the same so that a
 background thread (e.g. a prefetching iterator) never flips training mode for
@@ -9,7 +9,7 @@ import threading
 
 _DEFAULTS = {
     'enable_backprop': True,   # record the graph during forward
-    'train': True,             # dropout active, batch norm uses batch statistics
+    'train': True,             # dropout on, batch norm uses batch statistics
     'debug': False,            # check every gradient's shape/dtype and NaNs
     'dtype': 'float32',        # default dtype of initializers
 }
@@ -37,7 +37,11 @@ config = _Config()
 
 @contextlib.contextmanager
 def using_config(name, value):
-    """Temporarily set ``config.<name>`` to ``value`` inside a ``with`` block."""
+    """Set ``config.<name>`` to ``value`` for the duration of a ``with`` block.
+
+    The previous value comes back on exit, also when the block raises; an
+    entry that did not exist before is removed again.
+    """
     if name in config.__dict__:
         old = getattr(config, name)
         setattr(config, name, value)
@@ -54,10 +58,12 @@ def using_config(name, value):
 
 
 def no_backprop_mode():
-    """Context manager in which functions record no graph (inference, updates)."""
+    """Context manager in which functions record no graph (inference,
+    parameter updates): outputs have ``creator`` None."""
     return using_config('enable_backprop', False)
 
 
 def force_backprop_mode():
-    """Context manager that records the graph even inside ``no_backprop_mode``."""
+    """Context manager that records the graph even inside
+    ``no_backprop_mode``."""
     return using_config('enable_backprop', True)

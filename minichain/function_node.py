@@ -9,6 +9,8 @@ outputs weakly (a dropped output must be able to die).
 """
 import weakref
 
+import numpy
+
 from minichain import backend
 from minichain.configuration import config
 
@@ -38,17 +40,28 @@ class FunctionNode:
         return type(self).__name__
 
     def apply(self, inputs):
-        """Run forward on ``inputs`` (Variables or arrays); return output Variables."""
+        """Run forward on ``inputs`` (Variables or arrays); return Variables.
+
+        The outputs require a gradient when any input does. The node is linked
+        into the graph only when ``config.enable_backprop`` is on and some
+        input requires a gradient; then it must not be applied again.
+        """
         from minichain.variable import Variable, as_variable
+        if self.inputs is not None or self._freed:
+            raise RuntimeError('{} was already applied; create a new instance '
+                               'for each call'.format(self.label))
         in_vars = tuple(as_variable(x) for x in inputs)
         outputs = self.forward(tuple(x.array for x in in_vars))
         if not isinstance(outputs, tuple):
             raise TypeError('{}.forward must return a tuple of arrays, got {}'
                             .format(self.label, type(outputs).__name__))
+        outputs = tuple(_as_output_array(self.label, y) for y in outputs)
         if config.debug:
             _check_finite(self.label, 'forward output', outputs)
-        out_vars = tuple(Variable(y) for y in outputs)
-        if config.enable_backprop and any(x.requires_grad for x in in_vars):
+        requires_grad = any(x.requires_grad for x in in_vars)
+        out_vars = tuple(Variable(y, requires_grad=requires_grad)
+                         for y in outputs)
+        if config.enable_backprop and requires_grad:
             self.generation = max(x.generation for x in in_vars)
             self.inputs = in_vars
             self.outputs = tuple(weakref.ref(y) for y in out_vars)
@@ -85,6 +98,7 @@ class FunctionNode:
     def get_retained_inputs(self):
         """The retained input Variables, in the order given to retain_inputs."""
         self._check_not_freed()
+        _check_declared(self, self._input_indexes_to_retain, 'inputs')
         return tuple(self.inputs[i] for i in self._input_indexes_to_retain)
 
     def get_retained_outputs(self):
@@ -95,6 +109,7 @@ class FunctionNode:
         """
         from minichain.variable import Variable
         self._check_not_freed()
+        _check_declared(self, self._output_indexes_to_retain, 'outputs')
         result = []
         for i, data in zip(self._output_indexes_to_retain,
                            self._retained_output_data):
@@ -124,6 +139,23 @@ class FunctionNode:
                 'through it again'.format(self.label))
 
 
+def _check_declared(func, indexes, what):
+    if indexes is None:
+        raise RuntimeError('{0}.backward asked for its retained {1}, but '
+                           '{0}.forward did not call retain_{1}(...)'
+                           .format(func.label, what))
+
+
+def _as_output_array(label, y):
+    """A forward result as an ndarray (NumPy reductions return scalars)."""
+    if isinstance(y, numpy.generic):
+        return numpy.asarray(y)
+    if not backend.is_array(y):
+        raise TypeError('{}.forward must return ndarrays, got {}'
+                        .format(label, type(y).__name__))
+    return y
+
+
 def _check_finite(label, what, arrays):
     """Debug mode: raise if any array holds NaN, naming the function."""
     for i, a in enumerate(arrays):
@@ -131,5 +163,6 @@ def _check_finite(label, what, arrays):
             continue
         xp = backend.get_array_module(a)
         if bool(xp.isnan(a).any()):
-            raise RuntimeError('NaN detected in {} {} of {} (shape {}, dtype {})'
-                               .format(what, i, label, a.shape, a.dtype))
+            raise RuntimeError(
+                'NaN detected in {} {} of {} (shape {}, dtype {})'.format(
+                    what, i, label, a.shape, a.dtype))

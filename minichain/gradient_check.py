@@ -9,11 +9,16 @@ import numpy
 
 from minichain import backend
 from minichain.configuration import using_config
+from minichain.function_node import FunctionNode
 from minichain.variable import Variable
 
 
 def numerical_grad(f, inputs, grad_outputs, eps=1e-3):
-    """Central-difference gradients of ``sum(f(*inputs) * grad_outputs)``.
+    """Central-difference gradients of ``sum(f() * grad_outputs)``.
+
+    ``g[i] = sum((f(x + eps e_i) - f(x - eps e_i)) * gy) / (2 eps)``,
+    accumulated in float64 (the divisor is the step actually taken once
+    ``x +- eps`` is rounded to the input's dtype).
 
     Args:
         f: callable taking no arguments and returning an array or a tuple of
@@ -33,21 +38,30 @@ def numerical_grad(f, inputs, grad_outputs, eps=1e-3):
             raise ValueError('numerical_grad: inputs must be C-contiguous')
         for i in range(x.size):
             orig = flat[i].copy()
+            # Divide by the step actually taken: x + eps rounds in the
+            # input's dtype (noticeably so in float32).
             flat[i] = orig + eps
-            ys1 = _as_tuple(f())
+            hi = float(flat[i])
+            ys1 = _float64_copies(f())
             flat[i] = orig - eps
-            ys2 = _as_tuple(f())
+            lo = float(flat[i])
+            ys2 = _float64_copies(f())
             flat[i] = orig
+            if hi == lo:
+                raise ValueError('numerical_grad: eps {} is too small for '
+                                 'dtype {}'.format(eps, x.dtype))
             d = 0.0
             for y1, y2, gy in zip(ys1, ys2, grad_outputs):
-                if gy is None:
-                    continue
-                diff = (backend.to_cpu(y1).astype(numpy.float64)
-                        - backend.to_cpu(y2).astype(numpy.float64))
-                d += float((diff * backend.to_cpu(gy)).sum())
-            gx.reshape(-1)[i] = d / (2 * eps)
+                if gy is not None:
+                    d += float(((y1 - y2) * backend.to_cpu(gy)).sum())
+            gx.reshape(-1)[i] = d / (hi - lo)
         grads.append(gx if xp is numpy else xp.asarray(gx))
     return tuple(grads)
+
+
+def _float64_copies(ys):
+    # Copy at once: an output may be a view of the input being perturbed.
+    return [backend.to_cpu(y).astype(numpy.float64) for y in _as_tuple(ys)]
 
 
 def _as_tuple(x):
@@ -102,6 +116,22 @@ def check_backward(func, x_data, y_grad, params=(), eps=1e-3, atol=1e-5,
             p.array = a
 
 
+class _Seed(FunctionNode):
+    """Joins the outputs into one dummy scalar whose backward hands each
+    output exactly its ``y_grad``: the check then exercises ``func``'s
+    backward alone, not also that of mul and sum."""
+
+    def __init__(self, y_grad):
+        self.y_grad = y_grad
+
+    def forward(self, inputs):
+        return backend.get_array_module(*inputs).zeros(()),
+
+    def backward(self, indexes, grad_outputs):
+        return tuple(None if self.y_grad[i] is None
+                     else Variable(self.y_grad[i]) for i in indexes)
+
+
 def _check_backward(func, xs, y_grad, params, eps, atol, rtol):
     for p in params:
         p.cleargrad()
@@ -119,15 +149,10 @@ def _check_backward(func, xs, y_grad, params, eps, atol, rtol):
         if gy is not None and gy.shape != y.shape:
             raise ValueError('check_backward: y_grad shape {} differs from '
                              'the output shape {}'.format(gy.shape, y.shape))
-    # Backpropagate sum(y * gy) through every output at once.
-    from minichain.functions import sum as f_sum
-    total = None
-    for y, gy in zip(ys, y_grad):
-        if gy is None:
-            continue
-        term = f_sum(y * gy)
-        total = term if total is None else total + term
-    total.backward()
+    # The gradients are those of the outputs' own dtype.
+    y_grad = tuple(None if gy is None else gy.astype(y.dtype, copy=False)
+                   for y, gy in zip(ys, y_grad))
+    _Seed(y_grad).apply(ys)[0].backward()
 
     targets = [x for x in xs if x.requires_grad] + list(params)
     arrays = [x.array for x in targets]
@@ -169,22 +194,32 @@ def _assert_close(what, analytic, numeric, atol, rtol):
 
 
 def check_double_backward(func, x_data, y_grad, x_grad_grad, params=(),
-                          eps=1e-3, atol=1e-4, rtol=1e-3, dtype=None):
+                          eps=1e-3, atol=1e-4, rtol=1e-3, dtype=None,
+                          params_grad_grad=()):
     """Check second derivatives: the backward of ``func``'s backward.
 
-    Builds ``g(x, gy) = d(sum(func(x) * gy))/dx`` with
-    ``enable_double_backprop=True`` and runs :func:`check_backward` on it with
-    ``x_grad_grad`` as the output gradient (both x and gy are checked).
+    Builds ``g(x, gy) = d(sum(func(x) * gy))/d(x, params)`` with
+    ``enable_double_backprop=True`` and runs :func:`check_backward` on it,
+    so the gradients w.r.t. x, gy and params of ``sum(g * ggx)`` are checked.
+
+    Args:
+        func, x_data, y_grad, params, eps, atol, rtol, dtype: as in
+            :func:`check_backward`.
+        x_grad_grad: one array per floating-point input (the ``ggx``).
+        params_grad_grad: one array per parameter.
+    Raises:
+        AssertionError as :func:`check_backward` does.
     """
     x_data = _as_tuple(x_data)
     y_grad = _as_tuple(y_grad)
     n_x = len(x_data)
+    params = tuple(params)
 
     def first_order(*args):
         from minichain.configuration import force_backprop_mode
         from minichain.functions import sum as f_sum
         xs, gys = args[:n_x], args[n_x:]
-        for v in tuple(params) + tuple(xs):
+        for v in params + args:
             v.cleargrad()
         # The numerical pass runs with backprop disabled; the first-order
         # gradient still needs its graph.
@@ -195,10 +230,14 @@ def check_double_backward(func, x_data, y_grad, x_grad_grad, params=(),
                 term = f_sum(y * gy)
                 total = term if total is None else total + term
             total.backward(enable_double_backprop=True)
-        grads = tuple(x.grad_var for x in xs if x.requires_grad)
-        for v in args:  # the inner backward also reached the gy inputs
+        wrt = [x for x in xs if x.requires_grad] + list(params)
+        grads = tuple(Variable(v.xp.zeros_like(v.array)) if v.grad_var is None
+                      else v.grad_var for v in wrt)
+        # The outer backward accumulates into the same variables.
+        for v in params + args:
             v.cleargrad()
         return grads
 
-    check_backward(first_order, x_data + y_grad, _as_tuple(x_grad_grad),
-                   eps=eps, atol=atol, rtol=rtol, dtype=dtype)
+    check_backward(first_order, x_data + y_grad,
+                   _as_tuple(x_grad_grad) + tuple(params_grad_grad),
+                   params=params, eps=eps, atol=atol, rtol=rtol, dtype=dtype)

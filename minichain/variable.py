@@ -14,6 +14,18 @@ from minichain import backend
 from minichain.configuration import config, using_config
 
 
+def _array_attribute(name):
+    """A read-only property forwarding to the data array's attribute."""
+    def get(self):
+        if self._data is None:
+            raise AttributeError(
+                '{} {} is not initialized yet, so it has no {}; call '
+                'initialize(shape) first'.format(type(self).__name__,
+                                                  self._label(), name))
+        return getattr(self._data, name)
+    return property(get, doc='``{}`` of the data array.'.format(name))
+
+
 class Variable:
     """An array with a gradient and a link to the function that made it.
 
@@ -82,13 +94,8 @@ class Variable:
         self._grad_var = g
 
     def _check_grad(self, g, where):
-        if self._data is not None and (g.shape != self._data.shape
-                                       or g.dtype != self._data.dtype):
-            raise ValueError(
-                '{}: gradient of shape {} dtype {} does not match variable {} '
-                'of shape {} dtype {}'.format(where, g.shape, g.dtype,
-                                              self._label(), self.shape,
-                                              self.dtype))
+        if self._data is not None:
+            _check_grad_type(where, self, g)
 
     @property
     def creator(self):
@@ -102,11 +109,12 @@ class Variable:
             self.generation = func.generation + 1
 
     # -- array-like attributes ------------------------------------------------
-    shape = property(lambda self: self._data.shape)
-    ndim = property(lambda self: self._data.ndim)
-    size = property(lambda self: self._data.size)
-    dtype = property(lambda self: self._data.dtype)
-    xp = property(lambda self: backend.get_array_module(self._data))
+    shape = _array_attribute('shape')
+    ndim = _array_attribute('ndim')
+    size = _array_attribute('size')
+    dtype = _array_attribute('dtype')
+    xp = property(lambda self: backend.get_array_module(self._data),
+                  doc='``numpy`` or ``cupy``, wherever the data lives.')
 
     def __len__(self):
         return len(self._data)
@@ -123,8 +131,6 @@ class Variable:
         return 'variable({}, shape={}, dtype={}{})'.format(
             body, self.shape, self.dtype, extra)
 
-    __str__ = __repr__
-
     # -- graph operations -----------------------------------------------------
     def cleargrad(self):
         """Set the gradient to None (the next backward writes a fresh one)."""
@@ -140,7 +146,11 @@ class Variable:
         self._creator = None
 
     def unchain_backward(self):
-        """Cut every creator link upstream of this variable (truncated BPTT)."""
+        """Cut every creator link upstream of this variable (truncated BPTT).
+
+        Afterwards this variable and every variable it was computed from are
+        leaves; their data stays, the functions between them can be freed.
+        """
         seen = set()
         stack = [self]
         while stack:
@@ -179,7 +189,13 @@ class Variable:
                 node frees its inputs once it has run, so activations die as
                 soon as they are no longer needed (a lower memory peak).
 
-        Gradients of leaves accumulate across calls until ``cleargrad``.
+        Gradients of leaves accumulate across calls until ``cleargrad``; an
+        intermediate variable's gradient is recomputed by each call.
+
+        Raises:
+            ValueError: this variable has more than one element and no
+                gradient was set (``y.grad = ...``) before the call.
+            RuntimeError: the graph was freed by an earlier backward.
         """
         if self._creator is None:
             return
@@ -200,9 +216,9 @@ class Variable:
 def _backward_walk(root, retain_grad, keep_graph):
     """Visit creators in decreasing generation; accumulate input gradients."""
     heap, queued, tiebreak = [], set(), itertools.count()
-    # Intermediate variables whose gradient waits for their creator. Freeing
-    # a consumer drops its strong reference to its inputs, so the walk keeps
-    # them alive here until their creator has run.
+    # Intermediate variables that received a gradient in this walk and wait
+    # for their creator. Freeing a consumer drops its strong reference to its
+    # inputs, so the walk keeps them alive here until their creator has run.
     pending = {}
 
     def push(func):
@@ -224,11 +240,18 @@ def _backward_walk(root, retain_grad, keep_graph):
                 if gx is None:
                     continue
                 x = func.inputs[i]
+                _check_grad_type(func.label + '.backward', x, gx.array, i)
                 if config.debug:
-                    _debug_check_grad(func, i, x, gx)
-                # Rebind, never +=: the old gradient array may be shared.
-                x._grad_var = gx if x._grad_var is None else x._grad_var + gx
-                if x._creator is not None:
+                    _check_nan(func, i, gx.array)
+                # A leaf accumulates across calls; an intermediate starts
+                # afresh in each walk (a gradient kept by retain_grad in an
+                # earlier call must not leak into this one).
+                if x._creator is None or id(x) in pending:
+                    # Rebind, never +=: the old gradient may be shared.
+                    x._grad_var = (gx if x._grad_var is None
+                                   else x._grad_var + gx)
+                else:
+                    x._grad_var = gx
                     pending[id(x)] = x
                     push(x._creator)
         for y in outputs:
@@ -254,14 +277,30 @@ def _call_backward(func, targets, grad_outputs):
     return tuple(None if g is None else as_variable(g) for g in result)
 
 
-def _debug_check_grad(func, index, x, gx):
-    g = gx.array
-    if g.shape != x.shape or g.dtype != x.dtype:
-        raise ValueError(
-            '{}.backward: gradient for input {} has shape {} dtype {}, but the '
-            'input has shape {} dtype {}'.format(func.label, index, g.shape,
-                                                 g.dtype, x.shape, x.dtype))
-    if g.dtype.kind in 'fc' and bool(backend.get_array_module(g).isnan(g).any()):
+def _check_grad_type(where, x, g, index=None):
+    """Raise unless gradient array ``g`` matches ``x`` in device, dtype, shape.
+
+    Checked on every gradient, not only in debug mode: it needs no device
+    synchronisation, and a wrong shape would broadcast silently into the sum.
+    """
+    what = 'variable ' + x._label() if index is None else 'input {}'.format(
+        index)
+    a = x._data
+    if backend.get_array_module(g) is not backend.get_array_module(a):
+        raise TypeError('{}: gradient for {} is a {} but its data is a {}'
+                        .format(where, what, type(g).__name__,
+                                type(a).__name__))
+    if g.dtype != a.dtype or g.shape != a.shape:
+        raise (TypeError if g.dtype != a.dtype else ValueError)(
+            '{}: gradient for {} has shape {} dtype {}, but {} has shape {} '
+            'dtype {}'.format(where, what, g.shape, g.dtype, what, a.shape,
+                              a.dtype))
+
+
+def _check_nan(func, index, g):
+    """Debug mode: NaN in a gradient raises, naming the function."""
+    xp = backend.get_array_module(g)
+    if g.dtype.kind in 'fc' and bool(xp.isnan(g).any()):
         raise RuntimeError('NaN detected in the gradient of input {} of {} '
                            '(shape {})'.format(index, func.label, g.shape))
 
@@ -272,12 +311,16 @@ class Parameter(Variable):
     Args:
         initializer: an initializer object, a scalar or an array. An array
             becomes the data at once; otherwise the data is created when the
-            shape is known (``initialize(shape)``).
+            shape is known (``initialize(shape)``). None gives NaN data (so
+            that a forgotten initialization shows up at once).
         shape: if given, initialize immediately.
         name: the parameter's name inside its link.
     """
 
     def __init__(self, initializer=None, shape=None, name=None):
+        self.update_rule = None  # set by the optimizer that owns it
+        self._device = -1  # where lazy initialization puts the data
+        self._zero_grad_on_init = False
         if backend.is_array(initializer):
             super().__init__(initializer, name=name)
             self.initializer = None
@@ -286,30 +329,50 @@ class Parameter(Variable):
             self.initializer = initializer
             if shape is not None:
                 self.initialize(shape)
-        self.update_rule = None  # set by the optimizer that owns it
-        self._device = -1  # where lazy initialization puts the data
 
     def initialize(self, shape):
-        """Create the data of ``shape`` with this parameter's initializer."""
+        """Create the data of ``shape`` with this parameter's initializer.
+
+        The array is generated on the host (the same values on every device
+        and process for a given seed), then moved where the parameter lives.
+        """
         from minichain import initializers
         data = initializers.generate_array(self.initializer, shape, numpy)
         if self._device >= 0:
             data = backend.to_gpu(data, self._device)
         self._data = data
         self._grad_var = None
+        if self._zero_grad_on_init:
+            self._zero_grad_on_init = False
+            self.zerograd()
+
+    def zerograd(self):
+        """Zero the gradient; if uninitialized, do so once data exists."""
+        if self._data is None:
+            self._zero_grad_on_init = True
+        else:
+            super().zerograd()
+
+    def cleargrad(self):
+        """Set the gradient to None (also cancels a deferred zerograd)."""
+        self._zero_grad_on_init = False
+        super().cleargrad()
 
     def to_cpu(self):
+        """Move data and gradient to the host (later initialization too)."""
         self._device = -1
         return super().to_cpu() if self._data is not None else self
 
     def to_gpu(self, device=None):
-        backend.check_cuda_available()
+        """Move data and gradient to GPU ``device`` (later initialization
+        too); None means the current device."""
         cupy = backend.get_cupy()
         self._device = cupy.cuda.Device(device).id
-        return super().to_gpu(device) if self._data is not None else self
+        return super().to_gpu(self._device) if self._data is not None else self
 
     @property
     def is_initialized(self):
+        """True once the parameter has data."""
         return self._data is not None
 
     def __repr__(self):

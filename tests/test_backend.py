@@ -1,0 +1,86 @@
+"""The NumPy/CuPy switch, with and without a (fake) CuPy."""
+import types
+
+import numpy
+import pytest
+
+from minichain import Variable, backend
+
+
+def test_get_array_module_on_the_host():
+    a = numpy.ones(2)
+    assert backend.get_array_module(a) is numpy
+    assert backend.get_array_module(Variable(a), 1.0, None) is numpy
+    assert backend.get_array_module() is numpy
+
+
+def test_is_array():
+    assert backend.is_array(numpy.ones(1))
+    assert not backend.is_array([1.0])
+    assert not backend.is_array(numpy.float32(1))
+
+
+def test_to_cpu():
+    a = numpy.ones(3)
+    assert backend.to_cpu(a) is a  # no copy on the host
+    assert backend.to_cpu(None) is None
+    out = backend.to_cpu((a, [2.0]))  # containers converted element-wise
+    assert isinstance(out, tuple) and out[0] is a
+    assert isinstance(out[1], list) and isinstance(out[1][0], numpy.ndarray)
+    assert backend.get_device_id(a) == -1
+
+
+def test_gpu_available_is_a_bool():
+    assert backend.gpu_available() in (True, False)
+
+
+def _fake_cupy(is_available):
+    cuda = types.SimpleNamespace(is_available=is_available)
+    return types.SimpleNamespace(cuda=cuda, ndarray=type('FakeArray', (), {}))
+
+
+def test_without_cupy_gpu_calls_say_why(monkeypatch):
+    monkeypatch.setattr(backend, 'cupy', None)
+    monkeypatch.setattr(backend, '_cupy_import_error',
+                        ImportError("No module named 'cupy'"))
+    assert backend.gpu_available() is False
+    for call in (lambda: backend.to_gpu(numpy.ones(2)),
+                 lambda: backend.get_cupy(),
+                 lambda: backend.cuda_device(0)):
+        with pytest.raises(RuntimeError, match='CuPy is not installed'):
+            call()
+    assert backend.get_array_module(numpy.ones(2)) is numpy
+
+
+def test_cupy_without_a_device(monkeypatch):
+    monkeypatch.setattr(backend, 'cupy', _fake_cupy(lambda: False))
+    assert backend.gpu_available() is False
+    with pytest.raises(RuntimeError, match='no CUDA device'):
+        backend.to_gpu(numpy.ones(2))
+
+
+def test_cupy_whose_driver_query_raises(monkeypatch):
+    def broken():
+        raise OSError('libcuda.so not found')
+    monkeypatch.setattr(backend, 'cupy', _fake_cupy(broken))
+    assert backend.gpu_available() is False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not backend.gpu_available(), reason='no CUDA GPU')
+def test_gpu_round_trip():
+    import cupy
+    a = numpy.arange(6.0).reshape(2, 3)
+    g = backend.to_gpu(a)
+    assert isinstance(g, cupy.ndarray)
+    assert backend.is_array(g)
+    assert backend.get_array_module(g) is cupy
+    assert backend.get_array_module(Variable(g)) is cupy
+    assert backend.to_gpu(g) is g  # already there: no copy
+    assert backend.get_device_id(g) == g.device.id
+    numpy.testing.assert_array_equal(backend.to_cpu(g), a)
+    g0 = backend.to_gpu(a, 0)
+    assert g0.device.id == 0
+    with backend.cuda_device(0):
+        pair = backend.to_gpu([a, a])
+    assert all(isinstance(x, cupy.ndarray) for x in pair)
