@@ -7,17 +7,19 @@ import numpy
 
 from minichain import backend
 from minichain.function_node import FunctionNode
-from minichain.functions._check import check_array, unwrap
+from minichain.functions._check import check_array, normalize_axis, unwrap
 
 __all__ = ['broadcast_to', 'sum_to', 'reshape', 'transpose', 'get_item',
-           'expand_dims']
+           'expand_dims', 'flatten', 'squeeze', 'concat', 'stack',
+           'split_axis']
 
 
 def _sum_to_array(x, shape):
     """Sum array ``x`` down to ``shape`` (the inverse of broadcasting)."""
     lead = x.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(
-        lead + i for i, s in enumerate(shape) if s == 1 and x.shape[lead + i] != 1)
+        lead + i for i, s in enumerate(shape)
+        if s == 1 and x.shape[lead + i] != 1)
     y = x.sum(axis=axes, keepdims=True) if axes else x
     if lead:
         y = y.reshape(shape)
@@ -84,7 +86,8 @@ def sum_to(x, shape):
     check_array('sum_to', xa, 'x')
     shape = tuple(shape)
     lead = xa.ndim - len(shape)
-    if lead < 0 or any(s not in (1, xs) for s, xs in zip(shape, xa.shape[lead:])):
+    if lead < 0 or any(s not in (1, xs)
+                       for s, xs in zip(shape, xa.shape[lead:])):
         raise ValueError('sum_to: shape {} does not broadcast to the input '
                          'shape {}'.format(shape, xa.shape))
     if xa.shape == shape:
@@ -142,10 +145,15 @@ def transpose(x, axes=None):
     xa = unwrap(x)
     check_array('transpose', xa, 'x')
     if axes is not None:
-        axes = tuple(int(a) % max(xa.ndim, 1) for a in axes)
-        if sorted(axes) != list(range(xa.ndim)):
+        given = tuple(axes)
+        # Range-check before wrapping: axis 3 of a 2-D array is an error,
+        # not axis 1.
+        axes = tuple(int(a) % xa.ndim if -xa.ndim <= a < xa.ndim else None
+                     for a in given)
+        if sorted(axes, key=lambda a: -1 if a is None else a) != list(
+                range(xa.ndim)):
             raise ValueError('transpose: axes {} are not a permutation of the '
-                             '{} axes of shape {}'.format(axes, xa.ndim,
+                             '{} axes of shape {}'.format(given, xa.ndim,
                                                           xa.shape))
     return Transpose(axes).apply((x,))[0]
 
@@ -168,6 +176,7 @@ def expand_dims(x, axis):
     """Insert an axis of length 1 at ``axis`` (output has ndim + 1 axes)."""
     xa = unwrap(x)
     check_array('expand_dims', xa, 'x')
+    _check_int_axis('expand_dims', axis)
     if not -xa.ndim - 1 <= axis <= xa.ndim:
         raise ValueError('expand_dims: axis {} is out of range for shape {}'
                          .format(axis, xa.shape))
@@ -188,7 +197,7 @@ class GetItem(FunctionNode):
 
 
 class GetItemGrad(FunctionNode):
-    """Scatter-add ``gy`` into zeros of the input shape (get_item's backward)."""
+    """Scatter-add ``gy`` into zeros of the input shape (get_item backward)."""
 
     def __init__(self, slices, in_shape):
         self.slices, self.in_shape = slices, in_shape
@@ -197,11 +206,9 @@ class GetItemGrad(FunctionNode):
         gy, = inputs
         xp = backend.get_array_module(gy)
         gx = xp.zeros(self.in_shape, dtype=gy.dtype)
-        # add.at accumulates repeated integer indices (x[[0, 0]]) correctly.
-        if xp is numpy:
-            numpy.add.at(gx, self.slices, gy)
-        else:
-            gx.scatter_add(self.slices, gy)
+        # add.at accumulates repeated integer indices (x[[0, 0]]) correctly;
+        # CuPy has it since v12 (earlier: cupyx.scatter_add).
+        xp.add.at(gx, self.slices, gy)
         return gx,
 
     def backward(self, indexes, grad_outputs):
@@ -218,13 +225,19 @@ def get_item(x, slices):
     """
     xa = unwrap(x)
     check_array('get_item', xa, 'x')
-    if isinstance(slices, list):
-        slices = numpy.asarray(slices)
+    xp = backend.get_array_module(xa)
+
+    def as_index(s):
+        s = unwrap(s)
+        if isinstance(s, list) or (xp is not numpy
+                                   and isinstance(s, numpy.ndarray)):
+            return xp.asarray(s)  # index arrays live where x lives
+        return s
+
     if isinstance(slices, tuple):
-        slices = tuple(numpy.asarray(s) if isinstance(s, list) else unwrap(s)
-                       for s in slices)
+        slices = tuple(as_index(s) for s in slices)
     else:
-        slices = unwrap(slices)
+        slices = as_index(slices)
     try:
         return GetItem(slices).apply((x,))[0]
     except (IndexError, TypeError, ValueError) as e:
@@ -243,3 +256,81 @@ class Identity(FunctionNode):
 def _identity(x):
     """A new Variable node that passes ``x`` through (keeps the graph shape)."""
     return Identity().apply((x,))[0]
+
+
+def _check_int_axis(func_name, axis):
+    if not isinstance(axis, (int, numpy.integer)) or isinstance(axis, bool):
+        raise TypeError('{}: axis must be an int, got {!r}'
+                        .format(func_name, axis))
+
+
+def _check_axis(func_name, axis, ndim, shape):
+    """Validate an int axis of an input of ``shape``; return it normalised."""
+    _check_int_axis(func_name, axis)
+    if not -ndim <= axis < ndim:
+        raise ValueError('{}: axis {} is out of range for shape {}'
+                         .format(func_name, axis, shape))
+    return int(axis) % ndim
+
+
+class Flatten(FunctionNode):
+    def forward(self, inputs):
+        x, = inputs
+        self.in_shape = x.shape
+        return x.reshape(-1),
+
+    def backward(self, indexes, grad_outputs):
+        return reshape(grad_outputs[0], self.in_shape),
+
+
+def flatten(x):
+    """Flatten ``x`` into a 1-D array (row-major order).
+
+    Args:
+        x: Variable or ndarray of any shape.
+    Returns:
+        Variable of shape ``(x.size,)``.
+    """
+    check_array('flatten', unwrap(x), 'x')
+    return Flatten().apply((x,))[0]
+
+
+class Squeeze(FunctionNode):
+    def __init__(self, axis):
+        self.axis = axis
+
+    def forward(self, inputs):
+        x, = inputs
+        self.in_shape = x.shape
+        return x.squeeze(self.axis),
+
+    def backward(self, indexes, grad_outputs):
+        return reshape(grad_outputs[0], self.in_shape),
+
+
+def squeeze(x, axis=None):
+    """Remove axes of length 1.
+
+    Args:
+        x: Variable or ndarray of any shape.
+        axis: None (every length-1 axis), an int or a tuple of ints; each
+            named axis must have length 1.
+    Returns:
+        Variable of ``x``'s shape without the removed axes.
+    """
+    xa = unwrap(x)
+    check_array('squeeze', xa, 'x')
+    axis = normalize_axis('squeeze', axis, xa.ndim)
+    if axis is None:
+        axis = tuple(i for i, s in enumerate(xa.shape) if s == 1)
+    bad = [a for a in axis if xa.shape[a] != 1]
+    if bad:
+        raise ValueError('squeeze: axis {} of shape {} does not have length 1'
+                         .format(bad[0], xa.shape))
+    return Squeeze(axis).apply((x,))[0]
+
+
+# concat, stack and split_axis live in _array_join.py to keep this file short.
+# Imported last: that module builds on reshape and the axis checks above.
+from minichain.functions._array_join import (  # noqa: E402
+    concat, split_axis, stack)

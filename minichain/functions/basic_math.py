@@ -3,10 +3,14 @@
 Binary ops broadcast like NumPy; their backward sums each gradient back to
 its input's shape with the one shared ``sum_to``.
 """
+import numpy
+
+from minichain import backend
 from minichain.function_node import FunctionNode
 from minichain.variable import Variable, as_array
 from minichain.functions import array as _array
-from minichain.functions._check import check_array, check_broadcastable
+from minichain.functions._check import (check_array, check_broadcastable,
+                                        check_same_dtype)
 
 __all__ = ['add', 'sub', 'mul', 'div', 'neg', 'pow', 'matmul']
 
@@ -112,6 +116,8 @@ class PowConst(FunctionNode):
     def backward(self, indexes, grad_outputs):
         x, = self.get_retained_inputs()
         c = self.c
+        if c == 0:  # x ** -1 would turn the zero gradient into NaN at x == 0
+            return grad_outputs[0] * 0,
         return grad_outputs[0] * (c * x ** (c - 1)),
 
 
@@ -124,16 +130,23 @@ class MatMul(FunctionNode):
     def backward(self, indexes, grad_outputs):
         a, b = self.get_retained_inputs()
         gy, = grad_outputs
+        # Treat a 1-D a as (1, k) and a 1-D b as (k, 1), and give gy back the
+        # axes that matmul dropped for them; then one formula covers all.
+        a2 = _array.expand_dims(a, 0) if a.ndim == 1 else a
+        b2 = _array.expand_dims(b, -1) if b.ndim == 1 else b
+        if b.ndim == 1:
+            gy = _array.expand_dims(gy, -1)
+        if a.ndim == 1:
+            gy = _array.expand_dims(gy, -2)
         result = []
         for i in indexes:
             if i == 0:
-                g = matmul(gy, _swap_last(b)) if b.ndim > 1 else \
-                    _outer_last(gy, b)
-                result.append(_sum_to(g, a.shape))
+                g = _sum_to(matmul(gy, _swap_last(b2)), a2.shape)
             else:
-                g = matmul(_swap_last(a), gy) if a.ndim > 1 else \
-                    _outer_first(a, gy)
-                result.append(_sum_to(g, b.shape))
+                g = _sum_to(matmul(_swap_last(a2), gy), b2.shape)
+            x = (a, b)[i]
+            result.append(g if g.shape == x.shape else
+                          _array.reshape(g, x.shape))
         return tuple(result)
 
 
@@ -143,21 +156,12 @@ def _swap_last(x):
     return _array.transpose(x, axes)
 
 
-def _outer_last(gy, b):
-    # a (..., k) @ b (k,) -> y (...,): ga = gy[..., None] * b
-    return _array.expand_dims(gy, -1) * b
-
-
-def _outer_first(a, gy):
-    # a (k,) @ b (..., k, n) -> y (..., n): gb = a[:, None] * gy[..., None, :]
-    return _array.expand_dims(a, -1) * _array.expand_dims(gy, -2)
-
-
 def _binary(name, cls, a, b):
     a_arr = a.array if isinstance(a, Variable) else a
     b_arr = b.array if isinstance(b, Variable) else b
     check_array(name, a_arr, 'first operand')
     check_array(name, b_arr, 'second operand')
+    check_same_dtype(name, a_arr, b_arr)
     check_broadcastable(name, a_arr.shape, b_arr.shape)
     return cls().apply((a, b))[0]
 
@@ -166,9 +170,14 @@ def add(a, b):
     """Elementwise ``a + b`` with NumPy broadcasting.
 
     Args:
-        a, b (Variable or ndarray): broadcastable shapes.
+        a, b (Variable or ndarray): one dtype, broadcastable shapes (the
+            operators ``x + 2`` or ``ndarray + x`` cast the constant to the
+            Variable's dtype first).
     Returns:
         Variable of the broadcast shape.
+    Raises:
+        TypeError when the dtypes differ; ValueError naming both shapes when
+        they do not broadcast.
     """
     return _binary('add', Add, a, b)
 
@@ -197,13 +206,15 @@ def neg(x):
 def pow(a, b):
     """Elementwise ``a ** b``.
 
-    ``b`` may be a Python scalar (fast path, no gradient for it) or a
-    broadcastable Variable/array (then ``a`` should be positive, since the
-    gradient w.r.t. ``b`` is ``a ** b * log(a)``).
+    ``b`` may be a Python or NumPy scalar (fast path, no gradient for it) or
+    a broadcastable Variable/array of ``a``'s dtype (then ``a`` should be
+    positive, since the gradient w.r.t. ``b`` is ``a ** b * log(a)``).
+    Output shape: the broadcast shape.
     """
-    if isinstance(b, (int, float)):
+    if _is_scalar(b):
         check_array('pow', getattr(a, 'array', a), 'base')
-        return PowConst(b).apply((a,))[0]
+        return PowConst(b.item() if isinstance(b, numpy.generic) else b
+                        ).apply((a,))[0]
     return _binary('pow', Pow, a, b)
 
 
@@ -229,6 +240,11 @@ def matmul(a, b):
     if ka != kb:
         raise ValueError('matmul: inner dimensions differ: {} @ {} ({} != {})'
                          .format(a_arr.shape, b_arr.shape, ka, kb))
+    try:
+        numpy.broadcast_shapes(a_arr.shape[:-2], b_arr.shape[:-2])
+    except ValueError:
+        raise ValueError('matmul: batch axes of {} and {} do not broadcast'
+                         .format(a_arr.shape, b_arr.shape)) from None
     if a_arr.dtype != b_arr.dtype:
         raise TypeError('matmul: dtypes differ: {} and {}'
                         .format(a_arr.dtype, b_arr.dtype))
@@ -236,27 +252,44 @@ def matmul(a, b):
 
 
 # -- Variable operators --------------------------------------------------------
+def _is_scalar(x):
+    return isinstance(x, (int, float, numpy.generic))
+
+
 def _operand(other, like):
-    """A Variable stays itself; scalars take the other operand's dtype."""
-    return other if isinstance(other, Variable) else as_array(other, like.array)
+    """A Variable stays itself; scalars and arrays take ``like``'s dtype.
+
+    Chainer casts constants the same way, so ``x * 2`` and
+    ``float64_array * x`` keep ``x`` float32.
+    """
+    if isinstance(other, Variable):
+        return other
+    if backend.is_array(other):
+        return other.astype(like.dtype, copy=False)
+    if _is_scalar(other):
+        return as_array(other, like.array)
+    return NotImplemented  # Python then raises its usual TypeError
 
 
 def _lhs(op):
     def method(self, other):
-        return op(self, _operand(other, self))
+        other = _operand(other, self)
+        return other if other is NotImplemented else op(self, other)
     return method
 
 
 def _rhs(op):
     def method(self, other):
-        return op(_operand(other, self), self)
+        other = _operand(other, self)
+        return other if other is NotImplemented else op(other, self)
     return method
 
 
 def _pow_method(self, other):
-    if isinstance(other, (int, float)):
+    if _is_scalar(other):
         return pow(self, other)
-    return pow(self, _operand(other, self))
+    other = _operand(other, self)
+    return other if other is NotImplemented else pow(self, other)
 
 
 def install_variable_operators():

@@ -1,3 +1,140 @@
-"""Losses: softmax_cross_entropy, mean_squared_error."""
+"""Losses: softmax_cross_entropy and mean_squared_error."""
+from minichain import backend
+from minichain.function_node import FunctionNode
+from minichain.functions import activation as _activation
+from minichain.functions import array as _array
+from minichain.functions._check import check_float, check_same_dtype, unwrap
 
-__all__ = []
+__all__ = ['softmax_cross_entropy', 'mean_squared_error']
+
+
+class SoftmaxCrossEntropy(FunctionNode):
+    """Fused log-softmax + negative log-likelihood over axis 1.
+
+    Inputs ``(x, t)``: logits (N, C, ...) and integer labels (N, ...).
+    """
+
+    def __init__(self, ignore_label, reduce):
+        self.ignore_label, self.reduce = ignore_label, reduce
+
+    def forward(self, inputs):
+        self.retain_inputs((0, 1))
+        x, t = inputs
+        xp = backend.get_array_module(x)
+        z = x - x.max(axis=1, keepdims=True)
+        log_y = z - xp.log(xp.exp(z).sum(axis=1, keepdims=True))
+        valid = t != self.ignore_label
+        t_safe = xp.where(valid, t, 0)
+        picked = xp.take_along_axis(log_y, xp.expand_dims(t_safe, 1), axis=1)
+        loss = -picked.squeeze(1) * valid
+        if self.reduce == 'no':
+            return loss.astype(x.dtype, copy=False),
+        return xp.asarray(loss.sum() * self._coeff(valid), dtype=x.dtype),
+
+    def _coeff(self, valid):
+        # 1 / (number of non-ignored labels), left on the device; an empty
+        # batch gives a zero loss rather than a division by zero.
+        xp = backend.get_array_module(valid)
+        return 1.0 / xp.maximum(valid.sum(), 1)
+
+    def backward(self, indexes, grad_outputs):
+        x, t = self.get_retained_inputs()
+        if 0 not in indexes:
+            return tuple(None for _ in indexes)
+        xp = x.xp
+        ta = t.array
+        valid = ta != self.ignore_label
+        # (softmax(x) - onehot(t)) * weight; softmax as a function keeps
+        # the gradient differentiable in x, and the weight makes it so in gy.
+        onehot = (xp.arange(x.shape[1]).reshape(
+            (1, -1) + (1,) * (x.ndim - 2)) == xp.expand_dims(ta, 1))
+        weight = xp.expand_dims(valid, 1).astype(x.dtype)
+        gy, = grad_outputs
+        if self.reduce == 'no':
+            gy = _array.expand_dims(gy, 1)
+        else:
+            weight = weight * self._coeff(valid).astype(x.dtype)
+        diff = _activation.softmax(x, axis=1) - onehot.astype(x.dtype)
+        gx = diff * weight * gy
+        return tuple(gx if i == 0 else None for i in indexes)
+
+
+def softmax_cross_entropy(x, t, ignore_label=-1, reduce='mean'):
+    """Cross entropy between ``softmax(x)`` along axis 1 and integer labels.
+
+    ``loss_n = -log(softmax(x)[n, t_n])`` for each sample (and each spatial
+    position when ``x`` has more than two axes); labels equal to
+    ``ignore_label`` contribute nothing.
+
+    Args:
+        x: float logits of shape (N, C) or (N, C, d1, d2, ...).
+        t: integer labels of shape (N,) or (N, d1, d2, ...), each in
+            ``[0, C)`` or equal to ``ignore_label``.
+        ignore_label: the label value to skip.
+        reduce: ``'mean'`` averages over the non-ignored labels (a scalar;
+            zero when every label is ignored); ``'no'`` returns the
+            per-sample loss of ``t``'s shape (zero at ignored labels).
+    Returns:
+        Variable of shape () or ``t.shape``, dtype of ``x``.
+    """
+    name = 'softmax_cross_entropy'
+    xa, ta = unwrap(x), unwrap(t)
+    check_float(name, xa, 'x')
+    if not backend.is_array(ta) or ta.dtype.kind not in 'iu':
+        raise TypeError('{}: t must be an integer array, got {}'.format(
+            name, getattr(ta, 'dtype', type(ta).__name__)))
+    if reduce not in ('mean', 'no'):
+        raise ValueError("{}: reduce must be 'mean' or 'no', got {!r}"
+                         .format(name, reduce))
+    if xa.ndim < 2 or ta.shape != xa.shape[:1] + xa.shape[2:]:
+        raise ValueError(
+            '{}: x of shape {} (N, C, ...) needs t of shape (N, ...) = {}, '
+            'got t of shape {}'.format(
+                name, xa.shape, xa.shape[:1] + xa.shape[2:] if xa.ndim >= 2
+                else '(undefined)', ta.shape))
+    n_class = xa.shape[1]
+    bad = ((ta < 0) | (ta >= n_class)) & (ta != ignore_label)
+    if ta.size and bool(bad.any()):
+        first = backend.to_cpu(ta[bad]).ravel()[0]
+        raise ValueError(
+            '{}: label {} is out of range [0, {}) for x of shape {} '
+            '(ignore_label={})'.format(name, int(first), n_class, xa.shape,
+                                       ignore_label))
+    return SoftmaxCrossEntropy(ignore_label, reduce).apply((x, t))[0]
+
+
+class MeanSquaredError(FunctionNode):
+    def forward(self, inputs):
+        self.retain_inputs((0, 1))
+        x0, x1 = inputs
+        xp = backend.get_array_module(x0)
+        diff = x0 - x1
+        return xp.asarray((diff * diff).sum() / diff.size, dtype=x0.dtype),
+
+    def backward(self, indexes, grad_outputs):
+        x0, x1 = self.get_retained_inputs()
+        gy, = grad_outputs
+        g0 = gy * (x0 - x1) * (2.0 / x0.size)
+        return tuple(g0 if i == 0 else -g0 for i in indexes)
+
+
+def mean_squared_error(x0, x1):
+    """Mean of squared differences, ``sum((x0 - x1) ** 2) / x0.size``.
+
+    Args:
+        x0, x1: float Variables or ndarrays of one shape and dtype.
+    Returns:
+        Variable of shape () with the dtype of the inputs.
+    """
+    name = 'mean_squared_error'
+    a, b = unwrap(x0), unwrap(x1)
+    check_float(name, a, 'x0')
+    check_float(name, b, 'x1')
+    check_same_dtype(name, a, b)
+    if a.shape != b.shape:
+        raise ValueError('{}: x0 and x1 must have one shape, got {} and {}'
+                         .format(name, a.shape, b.shape))
+    if a.size == 0:
+        raise ValueError('{}: inputs are empty (shape {})'
+                         .format(name, a.shape))
+    return MeanSquaredError().apply((x0, x1))[0]

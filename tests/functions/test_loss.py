@@ -1,0 +1,174 @@
+import numpy
+import pytest
+
+import minichain.functions as F
+from minichain import Variable, backend
+from minichain.gradient_check import check_backward, check_double_backward
+
+TOL = {numpy.float64: (1e-5, 1e-6, 1e-5), numpy.float32: (1e-2, 5e-3, 1e-2)}
+
+
+def _randn(shape, seed=0, dtype=numpy.float64):
+    return numpy.asarray(numpy.random.RandomState(seed).randn(*shape), dtype)
+
+
+def _np_sce(x, t, ignore_label=-1, reduce='mean'):
+    """Reference: loop over samples and positions, plain log-sum-exp."""
+    x = x.astype(numpy.float64)
+    xc = numpy.moveaxis(x, 1, -1).reshape(-1, x.shape[1])
+    tf = t.reshape(-1)
+    loss = numpy.zeros(len(tf))
+    for i, (row, label) in enumerate(zip(xc, tf)):
+        if label != ignore_label:
+            m = row.max()
+            loss[i] = m + numpy.log(numpy.exp(row - m).sum()) - row[label]
+    if reduce == 'no':
+        return loss.reshape(t.shape)
+    return loss.sum() / max((tf != ignore_label).sum(), 1)
+
+
+def _labels(shape, n_class, seed=0, n_ignored=0):
+    t = numpy.random.RandomState(seed).randint(0, n_class, shape)
+    t.reshape(-1)[:n_ignored] = -1
+    return t.astype(numpy.int32)
+
+
+CASES = [((4, 3), 0), ((4, 3), 2), ((2, 3, 2, 2), 3)]
+
+
+@pytest.mark.parametrize('x_shape,n_ignored', CASES)
+@pytest.mark.parametrize('reduce', ['mean', 'no'])
+@pytest.mark.parametrize('dtype', [numpy.float64, numpy.float32])
+def test_sce_forward(x_shape, n_ignored, reduce, dtype):
+    x = _randn(x_shape, dtype=dtype) * 3
+    t = _labels(x_shape[:1] + x_shape[2:], x_shape[1], n_ignored=n_ignored)
+    y = F.softmax_cross_entropy(x, t, reduce=reduce)
+    assert y.dtype == dtype
+    assert y.shape == (() if reduce == 'mean' else t.shape)
+    rtol = 1e-6 if dtype == numpy.float64 else 1e-5
+    numpy.testing.assert_allclose(y.array, _np_sce(x, t, reduce=reduce),
+                                  rtol=rtol, atol=1e-7)
+
+
+@pytest.mark.parametrize('x_shape,n_ignored', CASES)
+@pytest.mark.parametrize('reduce', ['mean', 'no'])
+@pytest.mark.parametrize('dtype', [numpy.float64, numpy.float32])
+def test_sce_backward(x_shape, n_ignored, reduce, dtype):
+    eps, atol, rtol = TOL[dtype]
+    x = _randn(x_shape, dtype=dtype)
+    t = _labels(x_shape[:1] + x_shape[2:], x_shape[1], n_ignored=n_ignored)
+    gy = None if reduce == 'mean' else _randn(t.shape, 1, dtype)
+    check_backward(lambda v, u: F.softmax_cross_entropy(v, u, reduce=reduce),
+                   (x, t), gy, eps=eps, atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize('reduce', ['mean', 'no'])
+def test_sce_double_backward(reduce):
+    x = _randn((3, 4))
+    t = _labels((3,), 4, n_ignored=1)
+    gy = _randn((), 1) if reduce == 'mean' else _randn((3,), 1)
+    check_double_backward(
+        lambda v, u: F.softmax_cross_entropy(v, u, reduce=reduce), (x, t),
+        gy, _randn((3, 4), 2), eps=1e-5, atol=1e-6, rtol=1e-5)
+
+
+def test_sce_gradient_is_softmax_minus_onehot():
+    x = Variable(_randn((3, 4)))
+    t = numpy.array([2, -1, 0], dtype=numpy.int64)
+    F.softmax_cross_entropy(x, t).backward()
+    e = numpy.exp(x.array)
+    expected = e / e.sum(1, keepdims=True)
+    expected[[0, 2], [2, 0]] -= 1
+    expected[1] = 0  # ignored sample
+    numpy.testing.assert_allclose(x.grad, expected / 2, rtol=1e-12)
+
+
+def test_sce_custom_ignore_label_and_all_ignored():
+    x = _randn((3, 4))
+    t = numpy.array([1, 7, 7], dtype=numpy.int32)
+    y = F.softmax_cross_entropy(x, t, ignore_label=7)
+    numpy.testing.assert_allclose(y.array, _np_sce(x, t, ignore_label=7))
+    v = Variable(x)
+    y = F.softmax_cross_entropy(v, numpy.full(3, -1, numpy.int32))
+    assert float(y.array) == 0.0
+    y.backward()
+    numpy.testing.assert_array_equal(v.grad, numpy.zeros((3, 4)))
+
+
+def test_sce_large_logits_are_stable():
+    x = numpy.array([[1000.0, 0.0, -1000.0]], dtype=numpy.float32)
+    y = F.softmax_cross_entropy(x, numpy.array([2]), reduce='no')
+    numpy.testing.assert_allclose(y.array, [2000.0], rtol=1e-6)
+
+
+def test_sce_errors():
+    x = _randn((4, 3))
+    with pytest.raises(TypeError, match=r'softmax_cross_entropy: t .*float64'):
+        F.softmax_cross_entropy(x, numpy.zeros(4))
+    with pytest.raises(TypeError, match=r'softmax_cross_entropy: x .*int64'):
+        F.softmax_cross_entropy(numpy.zeros((4, 3), numpy.int64),
+                                numpy.zeros(4, numpy.int64))
+    with pytest.raises(ValueError,
+                       match=r'softmax_cross_entropy: x of shape \(4, 3\).*'
+                             r't of shape \(5,\)'):
+        F.softmax_cross_entropy(x, numpy.zeros(5, numpy.int32))
+    with pytest.raises(ValueError, match=r'softmax_cross_entropy.*\(4,\)'):
+        F.softmax_cross_entropy(_randn((4,)), numpy.zeros(4, numpy.int32))
+    with pytest.raises(ValueError,
+                       match=r'softmax_cross_entropy: label 3 .*\[0, 3\)'):
+        F.softmax_cross_entropy(x, numpy.array([0, 1, 3, 2]))
+    with pytest.raises(ValueError, match=r'label -2'):
+        F.softmax_cross_entropy(x, numpy.array([0, 1, -2, 2]))
+    with pytest.raises(ValueError, match=r"reduce must be 'mean' or 'no'"):
+        F.softmax_cross_entropy(x, numpy.zeros(4, numpy.int32), reduce='sum')
+
+
+@pytest.mark.parametrize('dtype', [numpy.float64, numpy.float32])
+def test_mse_forward_backward(dtype):
+    eps, atol, rtol = TOL[dtype]
+    a, b = _randn((3, 4), 0, dtype), _randn((3, 4), 1, dtype)
+    y = F.mean_squared_error(a, b)
+    assert y.shape == () and y.dtype == dtype
+    ref = ((a.astype(numpy.float64) - b) ** 2).mean()
+    rtol = 1e-6 if dtype == numpy.float64 else 1e-5
+    numpy.testing.assert_allclose(y.array, ref, rtol=rtol)
+    check_backward(F.mean_squared_error, (a, b), None, eps=eps, atol=atol,
+                   rtol=rtol)
+
+
+def test_mse_double_backward():
+    a, b = _randn((2, 3), 0), _randn((2, 3), 1)
+    check_double_backward(F.mean_squared_error, (a, b), _randn((), 2),
+                          (_randn((2, 3), 3), _randn((2, 3), 4)),
+                          eps=1e-5, atol=1e-6, rtol=1e-5)
+
+
+def test_mse_errors():
+    with pytest.raises(ValueError,
+                       match=r'mean_squared_error: .*\(2, 3\) and \(3, 2\)'):
+        F.mean_squared_error(_randn((2, 3)), _randn((3, 2)))
+    with pytest.raises(TypeError, match=r'mean_squared_error: .*float32'):
+        F.mean_squared_error(_randn((2, 3)), _randn((2, 3), 0, numpy.float32))
+    with pytest.raises(TypeError, match=r'mean_squared_error: x1 .*int64'):
+        F.mean_squared_error(_randn((2,)), numpy.arange(2))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not backend.gpu_available(), reason='no CUDA GPU')
+@pytest.mark.parametrize('reduce', ['mean', 'no'])
+def test_gpu_matches_cpu(reduce):
+    x = _randn((2, 3, 2, 2), dtype=numpy.float32)
+    t = _labels((2, 2, 2), 3, n_ignored=2)
+    results = []
+    for to in (lambda a: a, backend.to_gpu):
+        v = Variable(to(x))
+        y = F.softmax_cross_entropy(v, to(t), reduce=reduce)
+        F.sum(y * 1.0).backward()
+        mse = F.mean_squared_error(v, to(x[::-1].copy()))
+        results.append((backend.to_cpu(y.array), backend.to_cpu(v.grad),
+                        backend.to_cpu(mse.array)))
+    for cpu, gpu in zip(*results):
+        numpy.testing.assert_allclose(gpu, cpu, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match='label 5'):
+        F.softmax_cross_entropy(backend.to_gpu(x[:, :, 0, 0]),
+                                backend.to_gpu(numpy.array([0, 5])))
