@@ -1,3 +1,297 @@
-"""Normalization: batch_normalization, fixed_batch_normalization."""
+"""Normalization: batch_normalization, fixed_batch_normalization.
 
-__all__ = []
+The training op is fused: one FunctionNode computes the statistics and the
+output, and its backward is a second fused node, ``BatchNormalizationGrad``,
+whose own backward is written with F functions (so any order of derivative
+works). ``_batch_normalization_composite`` is the same math built only from
+F functions; the tests hold the two together.
+"""
+import numpy
+
+from minichain import backend
+from minichain.function_node import FunctionNode
+from minichain.variable import as_variable
+from minichain.functions import _normalization_kernels as K
+from minichain.functions._check import (check_array, check_float,
+                                        check_same_dtype, normalize_axis,
+                                        unwrap)
+from minichain.functions.array import broadcast_to, reshape
+from minichain.functions.reduction import sum as _sum
+
+__all__ = ['batch_normalization', 'fixed_batch_normalization']
+
+
+def _layout(func_name, x, gamma, axis, others=()):
+    """Validate x, gamma (and beta, ...) and return their Layout."""
+    check_float(func_name, x, 'x')
+    check_array(func_name, gamma, 'gamma')
+    for what, a in others:
+        check_array(func_name, a, what)
+    check_same_dtype(func_name, x, gamma, *(a for _, a in others))
+    if x.ndim < 2:
+        raise ValueError('{}: x must have at least 2 axes (batch, channel, '
+                         '...), got shape {}'.format(func_name, x.shape))
+    if axis is None:
+        if gamma.ndim < 1 or gamma.ndim >= x.ndim:
+            raise ValueError('{}: gamma of shape {} cannot describe the '
+                             'channels of x of shape {}'.format(
+                                 func_name, gamma.shape, x.shape))
+        axes = (0,) + tuple(range(1 + gamma.ndim, x.ndim))
+    else:
+        axes = normalize_axis(func_name, axis, x.ndim)
+        if len(axes) == x.ndim:
+            raise ValueError('{}: axis {} reduces every axis of x of shape '
+                             '{}; at least one channel axis must remain'
+                             .format(func_name, axis, x.shape))
+    lay = K.Layout(x.shape, axes)
+    for what, a in (('gamma', gamma),) + tuple(others):
+        if a.shape != lay.cshape:
+            raise ValueError(
+                '{}: {} has shape {} but x of shape {} has channel shape {} '
+                '(reduced axes {})'.format(func_name, what, a.shape, x.shape,
+                                           lay.cshape, axes))
+    return lay
+
+
+# -- composite pieces (F functions only) --------------------------------------
+def _normalize_composite(x, lay, eps):
+    """``(x_hat, inv_std)`` as Variables: ``x_hat`` shaped like x,
+    ``inv_std = (var + eps) ** -0.5`` of shape ``lay.bshape``."""
+    x = as_variable(x)
+    inv_m = 1.0 / lay.m
+    mu = _sum(x, axis=lay.axes, keepdims=True) * inv_m
+    xc = x - broadcast_to(mu, lay.shape)
+    var = _sum(xc * xc, axis=lay.axes, keepdims=True) * inv_m
+    inv_std = (var + eps) ** -0.5
+    return xc * broadcast_to(inv_std, lay.shape), inv_std
+
+
+def _batch_normalization_composite(x, gamma, beta, eps=2e-5, axis=None):
+    """Reference training-mode batch normalization made of F functions only
+    (sum, sub, mul, pow, broadcast_to, reshape); same arguments and result
+    as :func:`batch_normalization` without the running statistics."""
+    lay = _layout('batch_normalization', unwrap(x), unwrap(gamma), axis,
+                  (('beta', unwrap(beta)),))
+    x_hat, _ = _normalize_composite(x, lay, eps)
+    return (x_hat * broadcast_to(reshape(gamma, lay.bshape), lay.shape)
+            + broadcast_to(reshape(beta, lay.bshape), lay.shape))
+
+
+def _fixed_batch_normalization_composite(x, gamma, beta, mean, var,
+                                         eps=2e-5, axis=None):
+    """Reference inference-mode batch normalization made of F functions."""
+    lay = _layout('fixed_batch_normalization', unwrap(x), unwrap(gamma), axis,
+                  (('beta', unwrap(beta)), ('mean', unwrap(mean)),
+                   ('var', unwrap(var))))
+
+    def b(v):
+        return broadcast_to(reshape(v, lay.bshape), lay.shape)
+    inv_std = (as_variable(var) + eps) ** -0.5
+    return (x - b(mean)) * b(gamma * inv_std) + b(beta)
+
+
+# -- training mode ------------------------------------------------------------
+class BatchNormalization(FunctionNode):
+    def __init__(self, lay, eps, running_mean, running_var, decay):
+        self.lay, self.eps, self.decay = lay, eps, decay
+        self.running_mean, self.running_var = running_mean, running_var
+
+    def forward(self, inputs):
+        self.retain_inputs((0, 1))
+        x, gamma, beta = inputs
+        xp = backend.get_array_module(x)
+        impl = K.cpu_forward if xp is numpy else K.gpu_forward
+        y, mean, var, inv_std, centered = impl(x, gamma, beta, self.eps,
+                                               self.lay)
+        # Channel-sized statistics kept for backward: they save a reduction
+        # pass over x. x_hat (as big as x) is not kept; backward folds it
+        # into its formula at the cost of at most one elementwise pass.
+        self.mean, self.inv_std, self.centered = mean, inv_std, centered
+        if self.running_mean is not None:
+            d = self.decay
+            self.running_mean[...] = d * self.running_mean + (1 - d) * mean
+        if self.running_var is not None:
+            d, m = self.decay, self.lay.m
+            self.running_var[...] = (d * self.running_var
+                                     + (1 - d) * m / (m - 1) * var)
+        return y,
+
+    def backward(self, indexes, grad_outputs):
+        x, gamma = self.get_retained_inputs()
+        grads = BatchNormalizationGrad(
+            self.lay, self.eps, self.mean, self.inv_std, self.centered
+        ).apply((x, gamma, grad_outputs[0]))
+        return tuple(grads[i] for i in indexes)
+
+
+class BatchNormalizationGrad(FunctionNode):
+    """``(x, gamma, gy) -> (gx, ggamma, gbeta)``, fused; differentiable."""
+
+    def __init__(self, lay, eps, mean, inv_std, centered):
+        self.lay, self.eps = lay, eps
+        self.mean, self.inv_std, self.centered = mean, inv_std, centered
+
+    def forward(self, inputs):
+        self.retain_inputs((0, 1, 2))
+        x, gamma, gy = inputs
+        xp = backend.get_array_module(x)
+        impl = K.cpu_backward if xp is numpy else K.gpu_backward
+        return impl(x, gamma, gy, self.mean, self.inv_std, self.centered,
+                    self.lay)
+
+    def backward(self, indexes, grad_outputs):
+        # With P(v) = v - mean(v) - x_hat * mean(x_hat * v) (means per
+        # channel) the first-order gradients are gx = gamma * inv_std *
+        # P(gy), ggamma = sum(gy * x_hat), gbeta = sum(gy); this
+        # differentiates those. x_hat and inv_std are rebuilt from x with F
+        # functions so that the result is itself differentiable.
+        x, gamma, gy = self.get_retained_inputs()
+        ggx, gggamma, ggbeta = grad_outputs
+        lay = self.lay
+        x_hat, inv_std = _normalize_composite(x, lay, self.eps)
+
+        def b(v):
+            return broadcast_to(v, lay.shape)
+
+        def mean(v):
+            return _sum(v, axis=lay.axes, keepdims=True) * (1.0 / lay.m)
+
+        def proj(v):
+            return v - b(mean(v)) - x_hat * b(mean(x_hat * v))
+
+        g = reshape(gamma, lay.bshape)
+        g_gy = g_xhat = g_gamma = g_x = None
+        if ggx is not None:
+            a = b(g * inv_std)
+            g_gy = a * proj(ggx)
+            mgy, mgyx = mean(gy), mean(gy * x_hat)
+            mggx = mean(ggx * x_hat)
+            t = mean(ggx * gy) - mean(ggx) * mgy - mggx * mgyx
+            g_gamma = reshape(inv_std * t * float(lay.m), gamma.shape)
+            g_xhat = -a * (b(mgyx) * ggx + b(mggx) * gy)
+            g_x = -(b(g * t * inv_std * inv_std) * x_hat)
+        if gggamma is not None:
+            gg = b(reshape(gggamma, lay.bshape))
+            g_gy = _add(g_gy, gg * x_hat)
+            g_xhat = _add(g_xhat, gg * gy)
+        if ggbeta is not None:
+            g_gy = _add(g_gy, b(reshape(ggbeta, lay.bshape)))
+        if g_xhat is not None:
+            g_x = _add(g_x, b(inv_std) * proj(g_xhat))
+        result = {0: g_x, 1: g_gamma, 2: g_gy}
+        return tuple(result[i] for i in indexes)
+
+
+def _add(acc, v):
+    return v if acc is None else acc + v
+
+
+def batch_normalization(x, gamma, beta, eps=2e-5, running_mean=None,
+                        running_var=None, decay=0.9, axis=None):
+    """Batch normalization with batch statistics (training mode).
+
+    ``y = gamma * (x - mean) / sqrt(var + eps) + beta``, where ``mean`` and
+    ``var`` (biased) are taken per channel over the reduced axes.
+
+    Args:
+        x: Variable or array ``(N, C, ...)`` (e.g. ``(N, C)`` or
+            ``(N, C, H, W)``), floating point.
+        gamma, beta: scale and shift of the channel shape (``(C,)`` for the
+            default axis), same dtype as x.
+        eps: added to the variance.
+        running_mean, running_var: arrays of the channel shape updated IN
+            PLACE as ``r = decay * r + (1 - decay) * s``, with ``s`` the batch
+            mean, resp. the unbiased batch variance ``var * m / (m - 1)``.
+        decay: weight of the old running value.
+        axis: axes to reduce (int or tuple). None: axis 0 and every axis
+            after the channel axes, i.e. all but axis 1 for a 1-D gamma.
+    Returns:
+        Variable shaped like x.
+    Raises:
+        ValueError: x has fewer than 2 axes, gamma/beta/running shapes do
+            not match the channels, or a channel has fewer than 2 elements
+            (the variance is undefined).
+        TypeError: non-float x, or x, gamma and beta differ in dtype.
+    """
+    name = 'batch_normalization'
+    xa = unwrap(x)
+    lay = _layout(name, xa, unwrap(gamma), axis, (('beta', unwrap(beta)),))
+    if lay.m < 2:
+        raise ValueError('{}: x of shape {} has {} element(s) per channel '
+                         '(reduced axes {}); training-mode statistics need '
+                         'at least 2'.format(name, xa.shape, lay.m, lay.axes))
+    stats = []
+    for what, r in (('running_mean', running_mean),
+                    ('running_var', running_var)):
+        r = unwrap(r)
+        if r is not None:
+            check_array(name, r, what)
+            if r.shape != lay.cshape:
+                raise ValueError('{}: {} has shape {} but the channel shape '
+                                 'is {}'.format(name, what, r.shape,
+                                                lay.cshape))
+        stats.append(r)
+    return BatchNormalization(lay, eps, stats[0], stats[1], decay).apply(
+        (x, gamma, beta))[0]
+
+
+# -- inference mode -----------------------------------------------------------
+class FixedBatchNormalization(FunctionNode):
+    def __init__(self, lay, eps):
+        self.lay, self.eps = lay, eps
+
+    def forward(self, inputs):
+        self.retain_inputs((0, 1, 3, 4))
+        x, gamma, beta, mean, var = inputs
+        xp = backend.get_array_module(x)
+        scale = gamma / xp.sqrt(var + self.eps)
+        return K.affine(x, mean, scale, beta, self.lay),
+
+    def backward(self, indexes, grad_outputs):
+        x, gamma, mean, var = self.get_retained_inputs()
+        gy, = grad_outputs
+        lay = self.lay
+        inv_std = (var + self.eps) ** -0.5
+        scale = gamma * inv_std
+
+        def b(v):
+            return broadcast_to(reshape(v, lay.bshape), lay.shape)
+
+        def csum(v):
+            return _sum(v, axis=lay.axes)
+        result = {}
+        if 0 in indexes:
+            result[0] = gy * b(scale)
+        if 2 in indexes or 3 in indexes:
+            gbeta = csum(gy)
+            result[2], result[3] = gbeta, -scale * gbeta
+        if 1 in indexes or 4 in indexes:
+            ggamma = csum(gy * ((x - b(mean)) * b(inv_std)))
+            result[1] = ggamma
+            result[4] = -0.5 * gamma * inv_std * inv_std * ggamma
+        return tuple(result[i] for i in indexes)
+
+
+def fixed_batch_normalization(x, gamma, beta, mean, var, eps=2e-5,
+                              axis=None):
+    """Batch normalization with given statistics (inference mode).
+
+    ``y = gamma * (x - mean) / sqrt(var + eps) + beta``; differentiable with
+    respect to all five inputs.
+
+    Args:
+        x: Variable or array ``(N, C, ...)``, floating point.
+        gamma, beta, mean, var: Variables or arrays of the channel shape
+            (``(C,)`` for the default axis), same dtype as x.
+        eps: added to the variance.
+        axis: reduced axes, as in :func:`batch_normalization`.
+    Returns:
+        Variable shaped like x.
+    Raises:
+        ValueError / TypeError as :func:`batch_normalization`.
+    """
+    lay = _layout('fixed_batch_normalization', unwrap(x), unwrap(gamma), axis,
+                  (('beta', unwrap(beta)), ('mean', unwrap(mean)),
+                   ('var', unwrap(var))))
+    return FixedBatchNormalization(lay, eps).apply(
+        (x, gamma, beta, mean, var))[0]

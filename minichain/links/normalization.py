@@ -1,0 +1,125 @@
+"""The batch normalization layer: L.BatchNormalization."""
+import copy
+import numbers
+
+import numpy
+
+from minichain import functions as F
+from minichain import initializers
+from minichain.configuration import config
+from minichain.link import Link
+from minichain.variable import Parameter
+
+__all__ = ['BatchNormalization']
+
+
+class BatchNormalization(Link):
+    """Batch normalization with learned scale and shift and running
+    statistics (``F.batch_normalization`` / ``F.fixed_batch_normalization``).
+
+    In training (``minichain.config.train``) the layer normalizes with the
+    batch statistics and folds them into ``avg_mean`` and ``avg_var``
+    (``avg = decay * avg + (1 - decay) * batch``, the variance unbiased);
+    otherwise it normalizes with ``avg_mean`` and ``avg_var``.
+
+    Args:
+        size: channel count (int) or channel shape (tuple); None infers it
+            from the first input (lazy initialization).
+        decay: weight of the old running statistics.
+        eps: added to the variance.
+        dtype: dtype of the parameters and running statistics.
+        use_gamma, use_beta: learn the scale ``gamma`` (else fixed to 1),
+            the shift ``beta`` (else fixed to 0).
+        initial_gamma, initial_beta: initializer, scalar or array; default
+            1 and 0.
+        axis: reduced axes as in ``F.batch_normalization`` (None: every axis
+            but 1).
+
+    Attributes:
+        gamma, beta: Parameters of the channel shape, or None.
+        avg_mean, avg_var: running statistics (persistent; start at 0, 1).
+        N: number of batches seen in ``finetune`` mode (persistent).
+
+    Input ``(N, C, ...)``; output of the same shape.
+    """
+
+    def __init__(self, size=None, decay=0.9, eps=2e-5, dtype=numpy.float32,
+                 use_gamma=True, use_beta=True, initial_gamma=None,
+                 initial_beta=None, axis=None):
+        super().__init__()
+        self.decay, self.eps, self.axis = decay, eps, axis
+        self._dtype = numpy.dtype(dtype)
+        self.avg_mean = None
+        self.avg_var = None
+        self.N = 0
+        for name in ('avg_mean', 'avg_var', 'N'):
+            self.register_persistent(name)
+        with self.init_scope():
+            self.gamma = self._param(use_gamma, initial_gamma, 1)
+            self.beta = self._param(use_beta, initial_beta, 0)
+        if size is not None:
+            self._initialize(
+                (size,) if isinstance(size, numbers.Integral) else size)
+
+    def _param(self, use, initial, default):
+        if not use:
+            return None
+        init = initializers.get_initializer(
+            initial, default=initializers.Constant(default, self._dtype),
+            dtype=self._dtype)
+        if isinstance(init, initializers.Initializer) and init.dtype is None:
+            init = copy.copy(init)  # the caller's object stays untouched
+            init.dtype = self._dtype
+        return Parameter(init)
+
+    def _initialize(self, shape):
+        shape = tuple(int(s) for s in shape)
+        for param in (self.gamma, self.beta):
+            if param is not None and not param.is_initialized:
+                param.initialize(shape)
+        xp = self.xp
+        self.avg_mean = xp.zeros(shape, dtype=self._dtype)
+        self.avg_var = xp.ones(shape, dtype=self._dtype)
+
+    def _channel_shape(self, x):
+        if self.axis is None:
+            return x.shape[1:2]
+        axes = (self.axis,) if isinstance(self.axis, int) else self.axis
+        axes = [a % x.ndim for a in axes]
+        return tuple(s for i, s in enumerate(x.shape) if i not in axes)
+
+    def forward(self, x, finetune=False):
+        """Normalize ``x``.
+
+        Args:
+            x: Variable or array ``(N, C, ...)``.
+            finetune: in training, accumulate the statistics as a plain
+                average over all batches seen (``decay = 1 - 1 / N``, with
+                ``N`` counting calls) instead of an exponential one.
+        Returns:
+            Variable shaped like x.
+        """
+        if self.avg_mean is None:
+            self._initialize(self._channel_shape(x))
+        xp = self.xp
+        shape = self.avg_mean.shape
+        gamma = self.gamma if self.gamma is not None else xp.ones(
+            shape, dtype=self._dtype)
+        beta = self.beta if self.beta is not None else xp.zeros(
+            shape, dtype=self._dtype)
+        if config.train:
+            if finetune:
+                self.N += 1
+                decay = 1.0 - 1.0 / self.N
+            else:
+                decay = self.decay
+            return F.batch_normalization(
+                x, gamma, beta, eps=self.eps, running_mean=self.avg_mean,
+                running_var=self.avg_var, decay=decay, axis=self.axis)
+        return F.fixed_batch_normalization(x, gamma, beta, self.avg_mean,
+                                           self.avg_var, eps=self.eps,
+                                           axis=self.axis)
+
+    def _repr_args(self):
+        size = None if self.avg_mean is None else self.avg_mean.shape
+        return 'size={}, decay={}, eps={}'.format(size, self.decay, self.eps)
