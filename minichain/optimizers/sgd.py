@@ -1,0 +1,36 @@
+"""Plain stochastic gradient descent."""
+from minichain import backend, optimizer
+
+__all__ = ['SGD']
+
+
+class SGDRule(optimizer.UpdateRule):
+    """One SGD step on one parameter: ``param -= lr * grad``."""
+
+    def update_core(self, param):
+        grad = param.grad
+        xp = backend.get_array_module(grad)
+        step = xp.multiply(grad, self.hyperparam.lr,
+                           out=self.workspace.get(grad))
+        param.array -= step
+
+
+class SGD(optimizer.GradientMethod):
+    """Stochastic gradient descent.
+
+    .. math:: \\theta \\leftarrow \\theta - \\eta\\, g
+
+    Args:
+        lr: learning rate :math:`\\eta` (settable between steps as
+            ``opt.lr``).
+    """
+
+    lr = optimizer.HyperparameterProxy('lr')
+
+    def __init__(self, lr=0.01):
+        super().__init__()
+        self.hyperparam.lr = optimizer.check_hyperparameter(
+            'SGD', 'lr', lr, low=0)
+
+    def create_update_rule(self):
+        return SGDRule(self.hyperparam, self._workspace)

@@ -1,0 +1,55 @@
+"""MomentumSGD: two hand-computed steps and the lazily created velocity."""
+import numpy
+import pytest
+
+import minichain
+from minichain import optimizers
+
+
+class Holder(minichain.Link):
+    def __init__(self, **arrays):
+        super().__init__()
+        with self.init_scope():
+            for name, a in arrays.items():
+                setattr(self, name, minichain.Parameter(numpy.array(a)))
+
+
+def test_two_steps_by_hand():
+    link = Holder(w=[1.0, 2.0])
+    opt = optimizers.MomentumSGD(lr=0.1, momentum=0.9).setup(link)
+    rule = link.w.update_rule
+    assert rule.state is None  # created at the first update
+    link.w.grad = numpy.array([0.5, -1.0])
+    opt.update()
+    # v = 0.9 * 0 - 0.1 * g = [-0.05, 0.1];  w = [0.95, 2.1]
+    numpy.testing.assert_allclose(rule.state['v'], [-0.05, 0.1], atol=1e-15)
+    numpy.testing.assert_allclose(link.w.array, [0.95, 2.1], atol=1e-15)
+    link.w.grad = numpy.array([1.0, 1.0])
+    opt.update()
+    # v = 0.9 * [-0.05, 0.1] - 0.1 * [1, 1] = [-0.145, -0.01]
+    numpy.testing.assert_allclose(rule.state['v'], [-0.145, -0.01], atol=1e-15)
+    numpy.testing.assert_allclose(link.w.array, [0.805, 2.09], atol=1e-15)
+
+
+def test_lr_and_momentum_settable():
+    link = Holder(w=[0.0])
+    opt = optimizers.MomentumSGD(lr=1.0, momentum=0.5).setup(link)
+    link.w.grad = numpy.array([1.0])
+    opt.update()              # v = -1, w = -1
+    opt.lr, opt.momentum = 0.1, 0.0
+    opt.update()              # v = 0 * -1 - 0.1 = -0.1, w = -1.1
+    numpy.testing.assert_allclose(link.w.array, [-1.1], atol=1e-15)
+
+
+def test_state_follows_param_dtype():
+    link = Holder(w=numpy.zeros((2, 3), numpy.float32))
+    opt = optimizers.MomentumSGD().setup(link)
+    link.w.grad = numpy.ones((2, 3), numpy.float32)
+    opt.update()
+    v = link.w.update_rule.state['v']
+    assert v.dtype == numpy.float32 and v.shape == (2, 3)
+
+
+def test_bad_momentum():
+    with pytest.raises(ValueError, match='MomentumSGD: momentum'):
+        optimizers.MomentumSGD(momentum=1.5)

@@ -1,0 +1,103 @@
+"""WeightDecay and GradientClipping: values worked out by hand."""
+import math
+
+import numpy
+import pytest
+
+import minichain
+from minichain import functions as F, optimizer_hooks, optimizers
+
+
+class Holder(minichain.Link):
+    def __init__(self, **arrays):
+        super().__init__()
+        with self.init_scope():
+            for name, a in arrays.items():
+                setattr(self, name, minichain.Parameter(numpy.array(a)))
+
+
+def test_weight_decay_adds_rate_times_param():
+    link = Holder(a=[1.0, -2.0], b=[4.0])
+    opt = optimizers.SGD(lr=0.5).setup(link)
+    opt.add_hook(optimizer_hooks.WeightDecay(0.1))
+    assert 'WeightDecay' in opt._pre_hooks
+    link.a.grad = numpy.array([0.5, 0.5])
+    opt.call_hooks('pre')
+    # g + 0.1 * p = [0.5 + 0.1, 0.5 - 0.2]; b has no gradient: untouched
+    numpy.testing.assert_allclose(link.a.grad, [0.6, 0.3], atol=1e-15)
+    assert link.b.grad is None
+    link.a.grad = numpy.array([0.5, 0.5])
+    opt.update()
+    # a - 0.5 * [0.6, 0.3] = [0.7, -2.15]
+    numpy.testing.assert_allclose(link.a.array, [0.7, -2.15], atol=1e-15)
+    numpy.testing.assert_array_equal(link.b.array, [4.0])
+
+
+def test_weight_decay_with_shared_read_only_gradients():
+    # F.sum(a + b) hands a and b one read-only broadcast gradient array;
+    # the hook must not write into it (or a's decay would leak into b).
+    link = Holder(a=[1.0], b=[10.0])
+    opt = optimizers.SGD(lr=1.0).setup(link)
+    opt.add_hook(optimizer_hooks.WeightDecay(0.5))
+    F.sum(link.a + link.b).backward()
+    opt.update()
+    # a: 1 - (1 + 0.5 * 1) = -0.5;  b: 10 - (1 + 0.5 * 10) = 4
+    numpy.testing.assert_allclose(link.a.array, [-0.5])
+    numpy.testing.assert_allclose(link.b.array, [4.0])
+
+
+def test_gradient_clipping_scales_by_global_norm():
+    link = Holder(a=[0.0, 0.0], b=[0.0], c=[0.0])
+    opt = optimizers.SGD(lr=1.0).setup(link)
+    opt.add_hook(optimizer_hooks.GradientClipping(2.5))
+    link.a.grad = numpy.array([3.0, 0.0])
+    link.b.grad = numpy.array([4.0])   # global norm sqrt(9 + 16) = 5
+    opt.call_hooks('pre')
+    rate = 2.5 / (5 + 1e-6)            # ~ 0.5
+    numpy.testing.assert_allclose(link.a.grad, [3 * rate, 0], rtol=1e-15)
+    numpy.testing.assert_allclose(link.b.grad, [4 * rate], rtol=1e-15)
+    norm = math.sqrt(float(link.a.grad @ link.a.grad + link.b.grad[0] ** 2))
+    assert abs(norm - 2.5) < 1e-5 and norm <= 2.5
+    assert link.c.grad is None
+
+
+def test_gradient_clipping_leaves_small_gradients_alone():
+    link = Holder(a=numpy.array([0.3, 0.4], numpy.float32))
+    opt = optimizers.SGD(lr=1.0).setup(link)
+    opt.add_hook(optimizer_hooks.GradientClipping(1.0))
+    g = numpy.array([0.3, 0.4], numpy.float32)  # norm 0.5 < 1
+    link.a.grad = g
+    opt.update()
+    numpy.testing.assert_array_equal(link.a.array, [0, 0])
+    assert link.a.grad.dtype == numpy.float32
+
+
+def test_gradient_clipping_on_read_only_gradient_keeps_dtype():
+    link = Holder(a=numpy.zeros(4, numpy.float32))
+    opt = optimizers.SGD(lr=1.0).setup(link)
+    opt.add_hook(optimizer_hooks.GradientClipping(1.0))
+    F.sum(link.a).backward()           # grad: ones, norm 2, read-only view
+    opt.update()
+    assert link.a.dtype == numpy.float32
+    numpy.testing.assert_allclose(link.a.array, [-0.5] * 4, rtol=1e-6)
+
+
+def test_hooks_together_run_in_registration_order():
+    link = Holder(a=[2.0])
+    opt = optimizers.SGD(lr=1.0).setup(link)
+    opt.add_hook(optimizer_hooks.WeightDecay(1.0))
+    opt.add_hook(optimizer_hooks.GradientClipping(1.0))
+    link.a.grad = numpy.array([1.0])   # decay: 1 + 2 = 3, then clip to ~1
+    opt.update()
+    numpy.testing.assert_allclose(link.a.array, [2.0 - 3 / (3 + 1e-6)])
+
+
+@pytest.mark.parametrize('make, match', [
+    (lambda: optimizer_hooks.WeightDecay(-1.0), 'WeightDecay: rate'),
+    (lambda: optimizer_hooks.GradientClipping(0.0), 'GradientClipping: '),
+    (lambda: optimizer_hooks.GradientClipping(float('inf')),
+     'GradientClipping: threshold'),
+])
+def test_bad_arguments(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
