@@ -11,5 +11,8 @@ from minichain import initializers, links  # noqa: F401
 from minichain.optimizer import Optimizer  # noqa: F401
 from minichain import optimizers, optimizer_hooks  # noqa: F401
 from minichain import serializers  # noqa: F401
+from minichain.reporter import report, Reporter, report_scope  # noqa: F401
+from minichain.device import get_device  # noqa: F401
+from minichain import datasets, iterators, training, dataset  # noqa: F401
 
 __version__ = '0.1.0'

@@ -1,0 +1,126 @@
+"""Devices: where arrays live, named the way Chainer names them.
+
+``get_device(spec)`` turns a user's device spec into a Device object:
+
+=====================================  =================
+spec                                   device
+=====================================  =================
+``-1``, ``'@numpy'``, ``'cpu'``         the host (NumPy)
+``0``, ``'@cupy:0'``, ``'cuda:0'``      GPU 0 (CuPy)
+a Device                               itself
+=====================================  =================
+
+A device knows its array module (``xp``), makes itself current (``use()``)
+and moves arrays to itself (``send``). GPU devices check for CuPy and a CUDA
+device when created, so a missing GPU fails early with backend's message.
+"""
+import numbers
+
+import numpy
+
+from minichain import backend
+
+__all__ = ['Device', 'CpuDevice', 'GpuDevice', 'get_device']
+
+
+class Device:
+    """Base class of devices.
+
+    Attributes:
+        xp: ``numpy`` or ``cupy``.
+        device_id: -1 on the host, the CUDA device id on a GPU.
+        name: the canonical spec string (``'@numpy'``, ``'@cupy:0'``).
+    """
+
+    xp = None
+    device_id = -1
+    name = None
+
+    def use(self):
+        """Make this device the current one (a no-op on the host)."""
+
+    def send(self, arrays):
+        """Return ``arrays`` (an array, or a list/tuple of them) moved to
+        this device; arrays already here are returned as they are."""
+        raise NotImplementedError(type(self).__name__ + '.send')
+
+    def __eq__(self, other):
+        return isinstance(other, Device) and self.name == other.name
+
+    def __hash__(self):
+        return hash(self.name)
+
+    def __repr__(self):
+        return '<{} {}>'.format(type(self).__name__, self.name)
+
+
+class CpuDevice(Device):
+    """The host: NumPy arrays."""
+
+    xp = numpy
+    device_id = -1
+    name = '@numpy'
+
+    def send(self, arrays):
+        return backend.to_cpu(arrays)
+
+
+class GpuDevice(Device):
+    """One CUDA device: CuPy arrays.
+
+    Args:
+        device_id: the CUDA device id (>= 0).
+
+    Raises:
+        RuntimeError: CuPy is missing or no CUDA device answers (from
+            ``backend.check_cuda_available``).
+    """
+
+    def __init__(self, device_id):
+        backend.check_cuda_available()
+        self.xp = backend.get_cupy()
+        self.device_id = int(device_id)
+        self.name = '@cupy:{}'.format(self.device_id)
+
+    def use(self):
+        self.xp.cuda.Device(self.device_id).use()
+
+    def send(self, arrays):
+        return backend.to_gpu(arrays, self.device_id)
+
+
+_SPEC_HELP = ("-1, '@numpy', 'cpu' (host) or a GPU id 0, 1, ..., "
+              "'@cupy:N', 'cuda:N'")
+
+
+def get_device(spec):
+    """Return the Device that ``spec`` names.
+
+    Args:
+        spec: a Device, an int (negative: host; N >= 0: GPU N), or a string
+            ``'@numpy'``, ``'numpy'``, ``'cpu'``, ``'@cupy:N'``, ``'cuda:N'``.
+
+    Returns:
+        a ``CpuDevice`` or ``GpuDevice``.
+
+    Raises:
+        TypeError / ValueError: ``spec`` is not one of the forms above.
+        RuntimeError: a GPU was asked for and CuPy or CUDA is unavailable.
+    """
+    if isinstance(spec, Device):
+        return spec
+    if isinstance(spec, numbers.Integral) and not isinstance(spec, bool):
+        return CpuDevice() if spec < 0 else GpuDevice(int(spec))
+    if not isinstance(spec, str):
+        raise TypeError('get_device: expected {}; got {!r} of type {}'.format(
+            _SPEC_HELP, spec, type(spec).__name__))
+    text = spec.strip().lower()
+    if text in ('@numpy', 'numpy', 'cpu'):
+        return CpuDevice()
+    for prefix in ('@cupy:', 'cuda:'):
+        if text.startswith(prefix):
+            number = text[len(prefix):]
+            if number.isdigit():
+                return GpuDevice(int(number))
+    raise ValueError('get_device: unknown device spec {!r}; expected {}'
+                     .format(spec, _SPEC_HELP))

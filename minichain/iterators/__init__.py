@@ -1,0 +1,2 @@
+"""minichain.iterators: iterators that turn a dataset into batches."""
+from minichain.iterators.serial_iterator import SerialIterator  # noqa: F401

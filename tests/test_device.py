@@ -1,0 +1,76 @@
+import numpy
+import pytest
+
+import minichain
+from minichain import backend, device
+from minichain import links as L
+
+gpu = pytest.mark.skipif(not backend.gpu_available(), reason='no CUDA GPU')
+
+
+@pytest.mark.parametrize('spec', [-1, '@numpy', 'cpu', 'numpy',
+                                  numpy.int64(-1)])
+def test_cpu_specs(spec):
+    d = minichain.get_device(spec)
+    assert isinstance(d, device.CpuDevice)
+    assert d.xp is numpy
+    assert d.device_id == -1
+    assert repr(d) == '<CpuDevice @numpy>'
+    d.use()  # a no-op on the host
+    assert d == minichain.get_device('@numpy')
+
+
+def test_device_passes_through():
+    d = minichain.get_device('@numpy')
+    assert minichain.get_device(d) is d
+
+
+def test_cpu_send_copies_only_foreign_arrays():
+    d = minichain.get_device(-1)
+    x = numpy.arange(3)
+    assert d.send(x) is x
+    a, b = d.send((x, numpy.float32(2)))
+    assert a is x and isinstance(b, numpy.ndarray) and b == 2
+
+
+@pytest.mark.parametrize('spec', ['@cupy', 'gpu0', '@numpy:1', 'cuda:x',
+                                  ''])
+def test_bad_string_spec(spec):
+    with pytest.raises(ValueError, match='get_device: unknown device spec'):
+        minichain.get_device(spec)
+
+
+@pytest.mark.parametrize('spec', [None, 1.0, True, numpy])
+def test_bad_spec_type(spec):
+    with pytest.raises(TypeError, match='get_device'):
+        minichain.get_device(spec)
+
+
+@pytest.mark.skipif(backend.gpu_available(), reason='a GPU is present')
+@pytest.mark.parametrize('spec', [0, '@cupy:0', 'cuda:1'])
+def test_gpu_without_cuda_raises_backend_error(spec):
+    with pytest.raises(RuntimeError, match='CuPy|CUDA'):
+        minichain.get_device(spec)
+
+
+def test_link_to_device_cpu():
+    link = L.Linear(3, 2)
+    assert link.to_device('@numpy') is link
+    assert link.xp is numpy and isinstance(link.W.array, numpy.ndarray)
+
+
+@gpu
+@pytest.mark.gpu
+def test_gpu_device_and_link_to_device():
+    cupy = backend.get_cupy()
+    d = minichain.get_device('@cupy:0')
+    assert d.xp is cupy and d.device_id == 0 and repr(d) == \
+        '<GpuDevice @cupy:0>'
+    assert d == minichain.get_device(0)
+    d.use()
+    x = d.send(numpy.arange(4.0))
+    assert isinstance(x, cupy.ndarray)
+    link = L.Linear(3, 2).to_device(0)
+    assert isinstance(link.W.array, cupy.ndarray)
+    link.to_device(-1)
+    assert isinstance(link.W.array, numpy.ndarray)
