@@ -116,3 +116,17 @@ def get_cupy():
     """The cupy module itself, for the few places that write CUDA kernels."""
     check_cuda_available()
     return cupy
+
+
+def get_nccl():
+    """``cupy.cuda.nccl``, or a ``RuntimeError`` saying what is missing."""
+    check_cuda_available()
+    try:
+        from cupy.cuda import nccl
+    except ImportError as e:
+        raise RuntimeError('CuPy was built without NCCL ({}); install a CuPy '
+                           'wheel with NCCL or use the flat communicator'
+                           .format(e)) from e
+    if not getattr(nccl, 'available', True):
+        raise RuntimeError('NCCL is not available in this CuPy build')
+    return nccl

@@ -1,0 +1,124 @@
+"""Gradient-averaging cost against a raw MPI Allreduce of the same bytes.
+
+Run under MPI, e.g. ``mpiexec -n 2 python bench/allreduce.py``. For each
+message size (float32 gradient bytes) and each communicator it times
+``comm.multi_node_mean_grad(model)`` on a model whose gradients total that
+many bytes (split over ``--params`` parameters, as a network has many
+tensors) against a raw ``MPI.Allreduce(IN_PLACE)`` of one buffer of the
+same bytes in the same run (``raw``), and against raw Allreduces of the
+same buffer in the flat communicator's pipeline chunks (``raw4M``: large
+single messages are slow in MPICH's shared-memory path, which is why flat
+chunks). It prints median times, the ratios ours/raw and ours/raw4M, and
+the bus bandwidth ``bytes * 2 (P - 1) / P / time`` (the nccl-tests
+convention). Times are the slowest rank's; the timed calls take turns so
+that load from other processes hits them alike. ``--quick`` stops at 4 MB.
+"""
+import argparse
+import time
+
+import numpy
+
+import minichain
+from minichain import dist
+from minichain.dist.flat import PIPELINE_BYTES
+
+SIZES = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 100 << 20,
+         128 << 20]
+
+
+class GradModel(minichain.Link):
+    """A link with ``n`` float32 parameters totalling ``nbytes``."""
+
+    def __init__(self, nbytes, n):
+        super().__init__()
+        elems = nbytes // 4
+        sizes = [elems // n + (1 if i < elems % n else 0) for i in range(n)]
+        with self.init_scope():
+            for i, size in enumerate(sizes):
+                setattr(self, 'p{:03d}'.format(i), minichain.Parameter(
+                    numpy.zeros(size, dtype=numpy.float32)))
+
+
+def _timed(comm, fns, reps):
+    """Median seconds per call of each of ``fns`` (the slowest rank's).
+
+    The functions take turns within every repetition, so that load from
+    other processes on the machine hits them alike.
+    """
+    from mpi4py import MPI
+    times = [[] for _ in fns]
+    for _ in range(reps):
+        for fn, ts in zip(fns, times):
+            comm.mpi_comm.Barrier()
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    medians = numpy.array([numpy.median(ts) for ts in times])
+    comm.mpi_comm.Allreduce(MPI.IN_PLACE, medians, op=MPI.MAX)
+    return medians
+
+
+def _mean_grad_step(comm, nbytes, n_params):
+    model = GradModel(nbytes, n_params)
+    grads = [numpy.full(q.shape, comm.rank, dtype=numpy.float32)
+             for q in model.params()]
+
+    def step():
+        for q, g in zip(model.params(), grads):
+            q.grad = g  # fresh gradients, as after a backward
+        comm.multi_node_mean_grad(model)
+    step()  # allocate the packed buffer outside the timing
+    return step
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--communicators', default='naive,flat')
+    parser.add_argument('--params', type=int, default=16,
+                        help='parameters the gradient bytes are split into')
+    parser.add_argument('--quick', action='store_true')
+    args = parser.parse_args()
+    from mpi4py import MPI
+    comms = {name: dist.create_communicator(name)
+             for name in args.communicators.split(',')}
+    world = next(iter(comms.values()))
+    p = world.size
+    sizes = [s for s in SIZES if s <= (4 << 20)] if args.quick else SIZES
+    if world.rank == 0:
+        print('ranks: {}; gradients float32 in {} parameters; times: median '
+              'of the slowest rank'.format(p, args.params))
+        print('{:>9} {:>6} {:>9} {:>9} {:>9} {:>6} {:>6} {:>7} {:>7}'.format(
+            'bytes', 'comm', 'ours ms', 'raw ms', 'raw4M ms', 'ratio',
+            'ratio4M', 'ours', 'raw'))
+        print('{:>79}'.format('(bus GB/s)'))
+    for nbytes in sizes:
+        reps = max(7, min(100, int(4e8 // nbytes)))
+        raw = numpy.ones(nbytes // 4, dtype=numpy.float32)
+        step = PIPELINE_BYTES // 4
+
+        def raw_chunked():
+            for lo in range(0, raw.size, step):
+                world.mpi_comm.Allreduce(MPI.IN_PLACE, raw[lo:lo + step])
+        fns = [lambda: world.mpi_comm.Allreduce(MPI.IN_PLACE, raw),
+               raw_chunked]
+        fns += [_mean_grad_step(c, nbytes, args.params)
+                for c in comms.values()]
+        t = _timed(world, fns, reps)
+        if world.rank != 0:
+            continue
+        bus = nbytes * 2 * (p - 1) / p / 1e9
+        for name, t_ours in zip(comms, t[2:]):
+            print('{:>9} {:>6} {:>9.3f} {:>9.3f} {:>9.3f} {:>6.2f} {:>6.2f} '
+                  '{:>7.2f} {:>7.2f}'.format(
+                      _human(nbytes), name, t_ours * 1e3, t[0] * 1e3,
+                      t[1] * 1e3, t_ours / t[0], t_ours / t[1],
+                      bus / t_ours, bus / t[0]), flush=True)
+
+
+def _human(n):
+    return ('{:g}MB'.format(n / (1 << 20)) if n >= 1 << 20
+            else '{:g}KB'.format(n / 1024))
+
+
+if __name__ == '__main__':
+    main()

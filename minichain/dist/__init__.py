@@ -1,0 +1,105 @@
+"""minichain.dist: synchronous data-parallel training over MPI and NCCL.
+
+Import it explicitly (``from minichain import dist``); importing is cheap and
+needs neither mpi4py nor CuPy: MPI starts when the first communicator is
+created, CuPy/NCCL when the first GPU gradient is averaged.
+
+Typical use, under ``mpiexec -n 4 python train.py``::
+
+    from minichain import dist
+    comm = dist.create_communicator('flat')
+    train = dist.scatter_dataset(train, comm, shuffle=True, seed=0)
+    model = dist.create_mnbn_model(model, comm)        # synchronized BN
+    opt = dist.create_multi_node_optimizer(MomentumSGD(lr=0.1), comm)
+    opt.setup(model)
+
+Creating a communicator also installs an abort-on-uncaught-exception hook
+(see :mod:`minichain.dist.safety` for how to turn it off).
+"""
+import importlib
+
+_COMMUNICATORS = {
+    'naive': ('minichain.dist.naive', 'NaiveCommunicator'),
+    'flat': ('minichain.dist.flat', 'FlatCommunicator'),
+    'pure_nccl': ('minichain.dist.pure_nccl', 'PureNcclCommunicator'),
+    'hierarchical': ('minichain.dist.hierarchical',
+                     'HierarchicalCommunicator'),
+}
+
+# Public names loaded on first access (PEP 562), so that importing
+# minichain.dist stays light and never touches mpi4py or CuPy.
+_LAZY = {
+    'CommunicatorBase': 'minichain.dist.communicator_base',
+    'ModelMismatchError': 'minichain.dist.safety',
+    'check_same_model': 'minichain.dist.safety',
+    'set_abort_on_exception': 'minichain.dist.safety',
+    'create_multi_node_optimizer': 'minichain.dist.optimizers',
+    'scatter_dataset': 'minichain.dist.datasets',
+    'scatter_index': 'minichain.dist.datasets',
+    'MultiNodeBatchNormalization': 'minichain.dist.batch_normalization',
+    'multi_node_batch_normalization': 'minichain.dist.batch_normalization',
+    'create_mnbn_model': 'minichain.dist.batch_normalization',
+    'evaluate': 'minichain.dist.evaluation',
+    'weighted_mean': 'minichain.dist.evaluation',
+    'create_multi_node_evaluator': 'minichain.dist.extensions',
+    'multi_node_snapshot': 'minichain.dist.extensions',
+}
+
+__all__ = ['create_communicator'] + sorted(_LAZY)
+
+
+def _nccl_usable():
+    from minichain import backend
+    if not backend.gpu_available():
+        return False
+    try:
+        from minichain.dist.pure_nccl import nccl_module
+        nccl_module()
+    except RuntimeError:
+        return False
+    return True
+
+
+def create_communicator(communicator_name='auto', mpi_comm=None,
+                        allreduce_grad_dtype=None):
+    """Create a communicator for data-parallel training.
+
+    Args:
+        communicator_name: ``'naive'`` (one MPI Allreduce per parameter),
+            ``'flat'`` (one packed MPI Allreduce), ``'pure_nccl'`` (NCCL on
+            the GPUs), ``'hierarchical'`` (NCCL in a node, MPI between
+            nodes), or ``'auto'``: ``'pure_nccl'`` when a GPU and NCCL are
+            usable, else ``'flat'``.
+        mpi_comm: an ``mpi4py.MPI.Comm`` (default ``MPI.COMM_WORLD``).
+        allreduce_grad_dtype: dtype of the gradient transfer (float32 or
+            float64; float16 and ``'bfloat16'`` only with NCCL), default the
+            gradients' own.
+    Returns:
+        A :class:`~minichain.dist.communicator_base.CommunicatorBase`.
+    Raises:
+        ValueError: unknown name (the message lists the valid ones).
+        ImportError: mpi4py or the MPI library is missing (says how to
+            install them).
+    """
+    name = communicator_name
+    if name == 'auto':
+        name = 'pure_nccl' if _nccl_usable() else 'flat'
+    if name not in _COMMUNICATORS:
+        raise ValueError('create_communicator: unknown communicator {!r}; '
+                         'valid names: {}'.format(
+                             communicator_name,
+                             ', '.join(['auto'] + sorted(_COMMUNICATORS))))
+    module, cls = _COMMUNICATORS[name]
+    cls = getattr(importlib.import_module(module), cls)
+    return cls(mpi_comm, allreduce_grad_dtype=allreduce_grad_dtype)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError('module minichain.dist has no attribute {!r}'
+                         .format(name))
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_LAZY))

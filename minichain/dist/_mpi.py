@@ -1,0 +1,117 @@
+"""MPI plumbing shared by the communicators.
+
+The lazy mpi4py import (so that ``from minichain import dist`` works without
+MPI), and byte messages of any size: MPI counts are C ints, so a message of
+2 GiB or more is sent as a sequence of chunks below that limit.
+"""
+import pickle
+
+import numpy
+
+from minichain import backend
+
+INSTALL_HINT = ('minichain.dist needs mpi4py and an MPI library: '
+                'pip install mpi4py mpich   (or: pip install "minichain[mpi]")')
+
+# Every single MPI message stays below this many bytes (and elements).
+# Tests lower it to exercise the chunked paths on small data.
+CHUNK_BYTES = 1 << 30
+
+
+def import_mpi():
+    """Return ``mpi4py.MPI``, or raise ImportError saying how to install it."""
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise ImportError('{} ({})'.format(INSTALL_HINT, e)) from e
+    except (RuntimeError, OSError) as e:  # mpi4py present, libmpi missing
+        raise ImportError('{} (mpi4py is installed but could not load an MPI '
+                          'library: {})'.format(INSTALL_HINT, e)) from e
+    return MPI
+
+
+def chunks(n_items, itemsize):
+    """Yield ``(start, stop)`` ranges of at most CHUNK_BYTES bytes each."""
+    step = max(1, CHUNK_BYTES // max(1, itemsize))
+    if n_items == 0:
+        return
+    for start in range(0, n_items, step):
+        yield start, min(n_items, start + step)
+
+
+def as_bytes(a):
+    """A flat uint8 view of a C-contiguous host array."""
+    return numpy.ascontiguousarray(a).reshape(-1).view(numpy.uint8)
+
+
+def bcast_buffer(comm, buf, root=0):
+    """Broadcast the host array ``buf`` in place, chunked below 2 GiB."""
+    flat = buf.reshape(-1)
+    for start, stop in chunks(flat.size, flat.itemsize):
+        comm.Bcast(flat[start:stop], root=root)
+
+
+def allreduce_buffer(comm, buf, op):
+    """In-place Allreduce of the host array ``buf`` with MPI op ``op``."""
+    MPI = import_mpi()
+    flat = buf.reshape(-1)
+    for start, stop in chunks(flat.size, flat.itemsize):
+        comm.Allreduce(MPI.IN_PLACE, flat[start:stop], op=op)
+
+
+def bcast_bytes(comm, data, root=0):
+    """Broadcast a ``bytes`` object of any length from ``root``."""
+    n = comm.bcast(len(data) if comm.rank == root else None, root=root)
+    if comm.rank == root:
+        buf = numpy.frombuffer(data, dtype=numpy.uint8).copy()
+    else:
+        buf = numpy.empty(n, dtype=numpy.uint8)
+    bcast_buffer(comm, buf, root)
+    return data if comm.rank == root else buf.tobytes()
+
+
+def send_bytes(comm, data, dest, tag=0):
+    """Send ``bytes`` of any length to ``dest`` (length first, then chunks)."""
+    buf = numpy.frombuffer(data, dtype=numpy.uint8)
+    comm.send(buf.size, dest=dest, tag=tag)
+    for start, stop in chunks(buf.size, 1):
+        comm.Send(buf[start:stop], dest=dest, tag=tag)
+
+
+def recv_bytes(comm, source, tag=0):
+    """Receive what :func:`send_bytes` sent."""
+    n = comm.recv(source=source, tag=tag)
+    buf = numpy.empty(n, dtype=numpy.uint8)
+    for start, stop in chunks(n, 1):
+        comm.Recv(buf[start:stop], source=source, tag=tag)
+    return buf.tobytes()
+
+
+def bcast_obj(comm, obj, root=0):
+    """Broadcast a picklable object of any pickled size."""
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL) \
+        if comm.rank == root else None
+    data = bcast_bytes(comm, data, root)
+    return obj if comm.rank == root else pickle.loads(data)
+
+
+def send_obj(comm, obj, dest, tag=0):
+    """Send a picklable object of any pickled size to ``dest``."""
+    send_bytes(comm, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL),
+               dest, tag)
+
+
+def recv_obj(comm, source, tag=0):
+    """Receive what :func:`send_obj` sent."""
+    return pickle.loads(recv_bytes(comm, source, tag))
+
+
+def to_host(x):
+    """``(host_array, was_on_gpu)`` for a NumPy or CuPy array."""
+    on_gpu = backend.get_device_id(x) >= 0
+    return (backend.to_cpu(x) if on_gpu else numpy.asarray(x)), on_gpu
+
+
+def from_host(a, on_gpu):
+    """Move a host array back to the current GPU when ``on_gpu``."""
+    return backend.to_gpu(a) if on_gpu else a

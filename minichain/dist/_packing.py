@@ -1,0 +1,95 @@
+"""Packing gradients into one contiguous buffer and back.
+
+The buffer is allocated once per (model, layout) and reused at every step;
+its segments follow the ``namedparams()`` order, so the layout is the same on
+every rank. After the allreduce each ``param.grad`` becomes a view of its
+segment (no unpack copy) when the dtypes agree; gradient arrays themselves
+are never written (the engine may share one between parameters, or hand out
+a read-only broadcast view).
+"""
+import bisect
+import weakref
+
+import numpy
+
+from minichain import backend
+
+
+class BufferCache:
+    """Buffers keyed by model (held weakly) and a tag, reused while the
+    requested array module, dtype and length stay the same."""
+
+    def __init__(self):
+        self._by_model = weakref.WeakKeyDictionary()
+
+    def get(self, model, tag, xp, dtype, n):
+        """A 1-d ``xp`` array of ``n`` ``dtype`` elements (stale contents)."""
+        slots = self._by_model.setdefault(model, {})
+        buf = slots.get(tag)
+        if (buf is None or backend.get_array_module(buf) is not xp
+                or buf.dtype != dtype or buf.size != n):
+            buf = xp.empty(n, dtype=dtype)
+            slots[tag] = buf
+        return buf
+
+
+def grad_dtype(entries, override=None):
+    """The buffer dtype: ``override``, else the widest parameter dtype."""
+    if override is not None:
+        return numpy.dtype(override)
+    return numpy.result_type(*[p.dtype for _, p, _ in entries])
+
+
+class Packer:
+    """Packs ``[(path, param, grad_or_None)]`` into a flat buffer.
+
+    ``offsets[i]`` is where parameter ``i`` starts; ``total`` the length.
+    ``pack`` may fill any element range, so that a caller can pipeline:
+    pack a chunk while it is hot in cache, reduce it, go on.
+    """
+
+    def __init__(self, entries):
+        self.entries = entries
+        self.offsets = [0]
+        for _, p, _ in entries:
+            self.offsets.append(self.offsets[-1] + p.size)
+        self.total = self.offsets[-1]
+        self._flat = None
+
+    def pack(self, buf, scale=None, lo=0, hi=None):
+        """Write elements ``[lo, hi)`` of the gradients (times ``scale``)
+        into ``buf[lo:hi]``; a None gradient writes zeros."""
+        hi = self.total if hi is None else hi
+        xp = backend.get_array_module(buf)
+        if self._flat is None:  # a copy only for a non-contiguous gradient
+            self._flat = [None if g is None else g.reshape(-1)
+                          for _, _, g in self.entries]
+        i = bisect.bisect_right(self.offsets, lo) - 1
+        while i < len(self.entries) and self.offsets[i] < hi:
+            start = self.offsets[i]
+            a, b = max(lo, start), min(hi, self.offsets[i + 1])
+            seg, src = buf[a:b], self._flat[i]
+            if src is None:
+                seg.fill(0)
+            else:
+                src = src[a - start:b - start]
+                if scale is None:
+                    seg[...] = src
+                elif src.dtype == seg.dtype:
+                    xp.multiply(src, scale, out=seg)
+                else:  # a transfer dtype: scale in the gradient's precision
+                    seg[...] = src * scale
+            i += 1
+
+    def unpack(self, buf):
+        """Set each ``param.grad`` from its segment of ``buf``: a view when
+        dtype and device agree, else a converted copy."""
+        for (_, p, _), o in zip(self.entries, self.offsets):
+            seg = buf[o:o + p.size].reshape(p.shape)
+            if seg.dtype != p.dtype:
+                seg = seg.astype(p.dtype)
+            device = backend.get_device_id(p.array)
+            if device != backend.get_device_id(seg):
+                seg = (backend.to_cpu(seg) if device < 0
+                       else backend.to_gpu(seg, device))
+            p.grad = seg

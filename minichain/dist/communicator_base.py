@@ -1,0 +1,170 @@
+"""CommunicatorBase: what every communicator shares.
+
+A subclass only decides how the gradients of a model are averaged
+(``_mean_grads``); ranks, parameter broadcast, the array and object
+collectives, ``split`` and the safety checks live here.
+"""
+import numpy
+
+from minichain import backend
+from minichain.dist import _mpi, safety
+from minichain.dist._collectives import CollectivesMixin
+
+
+class CommunicatorBase(CollectivesMixin):
+    """Base class of the data-parallel communicators.
+
+    Args:
+        mpi_comm: an ``mpi4py.MPI.Comm`` (default ``MPI.COMM_WORLD``).
+
+    Attributes:
+        mpi_comm: the MPI communicator underneath.
+        rank, size: this process's rank and the number of processes.
+        intra_rank, intra_size: rank among, and number of, the processes on
+            this node (nodes are told apart by MPI's processor name).
+        inter_rank, inter_size: index of this node and number of nodes.
+    """
+
+    name = None
+
+    def __init__(self, mpi_comm=None, allreduce_grad_dtype=None):
+        MPI = _mpi.import_mpi()
+        self.mpi_comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
+        self._owns_mpi_comm = False
+        self.allreduce_grad_dtype = self._check_grad_dtype(
+            allreduce_grad_dtype)
+        self._init_ranks(MPI.Get_processor_name())
+        safety.install_abort_hook()
+
+    rank = property(lambda self: self.mpi_comm.rank)
+    size = property(lambda self: self.mpi_comm.size)
+
+    def __repr__(self):
+        return '<{} rank {} of {}>'.format(type(self).__name__, self.rank,
+                                           self.size)
+
+    def _check_grad_dtype(self, dtype):
+        if dtype is None:
+            return None
+        dtype = numpy.dtype(dtype)
+        if dtype not in (numpy.float32, numpy.float64):
+            raise ValueError(
+                '{} communicator: allreduce_grad_dtype must be None, float32 '
+                'or float64 (float16/bfloat16 transfer needs pure_nccl), got {}'
+                .format(self.name, dtype))
+        return dtype
+
+    def _init_ranks(self, processor_name):
+        names = self.mpi_comm.allgather(processor_name)
+        nodes = list(dict.fromkeys(names))  # in order of first rank
+        mine = names[self.rank]
+        same = [r for r, n in enumerate(names) if n == mine]
+        self.intra_rank = same.index(self.rank)
+        self.intra_size = len(same)
+        self.inter_rank = nodes.index(mine)
+        self.inter_size = len(nodes)
+
+    # -- model-level operations -----------------------------------------------
+    def bcast_data(self, model):
+        """Copy rank 0's parameters and persistent values to every rank.
+
+        Arrays are overwritten in place (their identity is kept); scalar
+        persistents (e.g. a batch-norm sample count) are set on their link.
+
+        Raises:
+            ModelMismatchError: the models differ (on every rank).
+            ValueError: a parameter is not initialized yet (run one forward
+                pass first), on every rank.
+        """
+        params = list(model.namedparams())
+        persistents = list(model.namedpersistents())
+        safety.agree(self.mpi_comm, safety.param_layout(params)
+                     + safety.persistent_layout(persistents), 'bcast_data')
+        uninit = [n for n, p in params if p.array is None]
+        if uninit:
+            raise ValueError(
+                'bcast_data: parameters {} are not initialized; run one '
+                'forward pass (lazy initialization) before broadcasting'
+                .format(', '.join(uninit)))
+        arrays = [p.array for _, p in params]
+        scalars = []
+        for name, v in persistents:
+            if backend.is_array(v):
+                arrays.append(v)
+            else:
+                scalars.append(name)
+        self._bcast_arrays(arrays)
+        if scalars:
+            values = self.bcast_obj([dict(persistents)[n] for n in scalars])
+            if self.rank != 0:
+                owners = dict(model.namedlinks())
+                for name, value in zip(scalars, values):
+                    path, attr = name.rsplit('/', 1)
+                    setattr(owners[path or '/'], attr, value)
+
+    def _bcast_arrays(self, arrays):
+        """Overwrite ``arrays`` in place with rank 0's, in one message."""
+        sizes = [a.size * a.dtype.itemsize for a in arrays]
+        offsets = numpy.cumsum([0] + sizes)
+        buf = numpy.empty(int(offsets[-1]), dtype=numpy.uint8)
+        if self.rank == 0:
+            for a, o, n in zip(arrays, offsets, sizes):
+                buf[o:o + n] = _mpi.as_bytes(_mpi.to_host(a)[0])
+        _mpi.bcast_buffer(self.mpi_comm, buf, 0)
+        if self.rank != 0:
+            for a, o, n in zip(arrays, offsets, sizes):
+                value = buf[o:o + n].view(a.dtype).reshape(a.shape)
+                xp = backend.get_array_module(a)
+                xp.copyto(a, xp.asarray(value))
+
+    def multi_node_mean_grad(self, model, zero_fill=False):
+        """Replace every gradient of ``model`` by its mean over all ranks.
+
+        Parameters are taken in ``model.namedparams()`` order (sorted by
+        path), the same on every rank. A gradient that is None on every rank
+        stays None (the optimizer skips it).
+
+        Args:
+            model: a Link whose gradients were computed by ``backward``.
+            zero_fill: a gradient that is None on some ranks only counts as
+                zeros there (and they receive the mean). Without it that case
+                is a ValueError raised on every rank.
+
+        Raises:
+            ModelMismatchError: the models differ (on every rank).
+            ValueError: see ``zero_fill``.
+
+        After the call ``param.grad`` may be a view of a buffer that the
+        communicator reuses at its next call for this model: copy a gradient
+        that must outlive the next step.
+        """
+        entries = safety.plan_grads(self.mpi_comm, model.namedparams(),
+                                    zero_fill, self._layout_extra(model))
+        if entries:
+            self._mean_grads(model, entries)
+
+    def _layout_extra(self, model):
+        """Extra ``(label, 'tag', text)`` entries that every rank must agree
+        on before averaging (none here; NCCL adds the array device kind)."""
+        return ()
+
+    def _mean_grads(self, model, entries):
+        """Average ``[(path, param, grad_or_None)]`` over ranks and set each
+        ``param.grad`` (None contributes zeros)."""
+        raise NotImplementedError(type(self).__name__ + '._mean_grads')
+
+    # -- communicator management ----------------------------------------------
+    def split(self, color, key):
+        """A communicator of the same kind over the ranks with equal ``color``,
+        ordered by ``key`` (MPI_Comm_split)."""
+        sub = type(self)(self.mpi_comm.Split(color, key),
+                         allreduce_grad_dtype=self.allreduce_grad_dtype)
+        sub._owns_mpi_comm = True
+        return sub
+
+    def finalize(self):
+        """Release what this communicator holds (sub-communicators it
+        created). MPI itself is finalized by mpi4py at exit."""
+        if self._owns_mpi_comm and self.mpi_comm is not None:
+            self.mpi_comm.Free()
+            self.mpi_comm = None

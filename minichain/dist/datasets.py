@@ -1,0 +1,103 @@
+"""Sharding a dataset over the ranks: scatter_index and scatter_dataset."""
+import numpy
+
+from minichain import backend
+
+
+def shard_bounds(n, size, force_equal_length):
+    """``[(start, stop)]`` positions of each rank's shard in an order of n.
+
+    With ``force_equal_length`` every shard has ``ceil(n / size)`` positions
+    and positions past ``n`` wrap to the start (a few examples appear twice,
+    so that every rank takes the same number of steps). Without it the
+    shards are disjoint, cover ``range(n)`` once, and their lengths differ
+    by at most one (the first ``n % size`` ranks get one more).
+    """
+    if force_equal_length:
+        length = -(-n // size)
+        return [(r * length, (r + 1) * length) for r in range(size)]
+    base, extra = divmod(n, size)
+    bounds, start = [], 0
+    for r in range(size):
+        stop = start + base + (1 if r < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def _all_shards(n, size, shuffle, seed, force_equal_length):
+    if n < 1:
+        raise ValueError('scatter_index: need at least one example, got n={}'
+                         .format(n))
+    order = (numpy.random.default_rng(seed).permutation(n) if shuffle
+             else numpy.arange(n))
+    return [order[numpy.arange(a, b) % n]
+            for a, b in shard_bounds(n, size, force_equal_length)]
+
+
+def scatter_index(n, comm, root=0, shuffle=False, seed=None,
+                  force_equal_length=True):
+    """This rank's indices into a dataset of ``n`` examples.
+
+    ``root`` decides the order (a permutation from ``seed`` when
+    ``shuffle``, the same for the same seed on every run; a fresh one for
+    ``seed=None``) and sends each rank its shard, so the shards always fit
+    together even when the ranks' random states differ.
+
+    Args:
+        n: dataset length (read on ``root`` only).
+        comm: a minichain.dist communicator.
+        root: the rank that decides.
+        shuffle, seed: shuffle the order first, with this seed.
+        force_equal_length: see :func:`shard_bounds`.
+    Returns:
+        int64 array of this rank's indices.
+    """
+    if comm.rank == root:
+        shards = _all_shards(n, comm.size, shuffle, seed, force_equal_length)
+        for r, shard in enumerate(shards):
+            if r != root:
+                comm.send_obj(shard, r, tag=0x1D)
+        return shards[root]
+    return comm.recv_obj(root, tag=0x1D)
+
+
+def _take(dataset, idx):
+    if backend.is_array(dataset):
+        return dataset[idx]
+    if _is_columns(dataset):
+        return tuple(c[idx] for c in dataset)
+    return [dataset[int(i)] for i in idx]
+
+
+def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None,
+                    force_equal_length=True):
+    """Give every rank its shard of ``dataset`` (held on ``root`` only).
+
+    ``root`` cuts the dataset as :func:`scatter_index` does and sends each
+    rank its examples (pickled, in chunks below MPI's 2 GiB limit); the
+    other ranks' ``dataset`` argument is ignored (pass None).
+
+    Args:
+        dataset: an array (sharded along axis 0), a tuple of equal-length
+            arrays (columns, e.g. ``(x, t)``, sharded together), or any
+            sequence of examples.
+        comm, root, shuffle, seed, force_equal_length: as for
+            :func:`scatter_index`.
+    Returns:
+        This rank's shard: an array, a tuple of arrays, or a list.
+    """
+    if comm.rank == root:
+        n = len(dataset[0]) if _is_columns(dataset) else len(dataset)
+        shards = _all_shards(n, comm.size, shuffle, seed, force_equal_length)
+        for r, shard in enumerate(shards):
+            if r != root:
+                comm.send_obj(_take(dataset, shard), r, tag=0x1E)
+        return _take(dataset, shards[root])
+    return comm.recv_obj(root, tag=0x1E)
+
+
+def _is_columns(dataset):
+    return (isinstance(dataset, tuple) and len(dataset) > 0
+            and all(backend.is_array(c) for c in dataset)
+            and len({len(c) for c in dataset}) == 1)

@@ -1,0 +1,90 @@
+"""The hierarchical communicator: NCCL inside a node, MPI between nodes."""
+import numpy
+
+from minichain import backend
+from minichain.dist import _mpi
+from minichain.dist.pure_nccl import (BFLOAT16, PureNcclCommunicator,
+                                      check_one_gpu_per_rank, nccl_dtype,
+                                      nccl_module)
+
+
+class HierarchicalCommunicator(PureNcclCommunicator):
+    """Three-stage allreduce for clusters whose nodes talk over a slower link.
+
+    1. NCCL reduce of the packed, pre-scaled buffer onto the node's first
+       rank (``intra_rank == 0``);
+    2. MPI Allreduce of that buffer among the nodes' first ranks, staged
+       through host memory (float16/bfloat16 widened to float32 there, since
+       MPI cannot sum them);
+    3. NCCL broadcast back inside the node.
+
+    Nodes are told apart by MPI's processor name. NumPy gradients fall back
+    to the flat (MPI) path.
+    """
+
+    name = 'hierarchical'
+
+    def __init__(self, mpi_comm=None, allreduce_grad_dtype=None):
+        super().__init__(mpi_comm, allreduce_grad_dtype)
+        self._intra_mpi = self.mpi_comm.Split(self.inter_rank, self.intra_rank)
+        # Ranks with the same intra_rank, one per node; only the
+        # intra_rank == 0 one takes part in the inter-node allreduce.
+        self._inter_mpi = self.mpi_comm.Split(self.intra_rank, self.inter_rank)
+
+    def _init_nccl(self, device_id):
+        if self._nccl_comm is not None:
+            return super()._init_nccl(device_id)
+        cupy, nccl = nccl_module()
+        check_one_gpu_per_rank(self.mpi_comm, device_id, self.name)
+        uid = nccl.get_unique_id() if self.intra_rank == 0 else None
+        uid = self._intra_mpi.bcast(uid, root=0)
+        with cupy.cuda.Device(device_id):
+            self._nccl_comm = nccl.NcclCommunicator(self.intra_size, uid,
+                                                    self.intra_rank)
+        self._nccl_device = device_id
+
+    def _mean_grads(self, model, entries, stream=None, tag='nccl',
+                    check=True):
+        if backend.get_array_module(entries[0][1].array) is numpy:
+            return super()._mean_grads(model, entries)
+        device = backend.get_device_id(entries[0][1].array)
+        self._init_nccl(device)
+        cupy, nccl = nccl_module()
+        with cupy.cuda.Device(device):
+            stream = stream or cupy.cuda.get_current_stream()
+            with stream:
+                buf, wire = self._pack_for_wire(model, entries, tag)
+                kind = nccl_dtype(nccl, self._wire_dtype(entries))
+                self._nccl_comm.reduce(wire.data.ptr, wire.data.ptr, wire.size,
+                                       kind, nccl.NCCL_SUM, 0, stream.ptr)
+                if self.intra_rank == 0 and self.inter_size > 1:
+                    self._inter_node_sum(wire, stream)
+                self._nccl_comm.bcast(wire.data.ptr, wire.size, kind, 0,
+                                      stream.ptr)
+                self._unpack_from_wire(entries, buf, wire, check)
+
+    def _inter_node_sum(self, wire, stream):
+        """Sum ``wire`` over the nodes' first ranks through host memory."""
+        MPI = _mpi.import_mpi()
+        stream.synchronize()
+        host = wire.get()
+        if self.allreduce_grad_dtype == BFLOAT16:
+            from minichain.dist.pure_nccl import (from_bfloat16_bits,
+                                                  to_bfloat16_bits)
+            wide = from_bfloat16_bits(host)
+        else:
+            wide = host.astype(numpy.float32) if host.itemsize < 4 else host
+        _mpi.allreduce_buffer(self._inter_mpi, wide, MPI.SUM)
+        if self.allreduce_grad_dtype == BFLOAT16:
+            host = to_bfloat16_bits(numpy.ascontiguousarray(wide))
+        else:
+            host = wide.astype(host.dtype, copy=False)
+        wire.set(host)
+
+    def finalize(self):
+        """Free the intra/inter MPI communicators and the NCCL one."""
+        for comm in (self._intra_mpi, self._inter_mpi):
+            if comm is not None:
+                comm.Free()
+        self._intra_mpi = self._inter_mpi = None
+        super().finalize()

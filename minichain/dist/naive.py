@@ -1,0 +1,33 @@
+"""The naive communicator: one MPI Allreduce per parameter."""
+import numpy
+
+from minichain import backend
+from minichain.dist import _mpi
+from minichain.dist.communicator_base import CommunicatorBase
+
+
+class NaiveCommunicator(CommunicatorBase):
+    """Averages each gradient with its own MPI Allreduce.
+
+    The simplest correct scheme and the reference for the others: per
+    parameter, copy the gradient to host memory (zeros where it is None),
+    Allreduce in place, divide by the size, set it back (on the GPU if the
+    parameter lives there). Many small messages: slow for large models.
+    """
+
+    name = 'naive'
+
+    def _mean_grads(self, model, entries):
+        MPI = _mpi.import_mpi()
+        for _, p, g in entries:
+            dtype = (p.dtype if self.allreduce_grad_dtype is None
+                     else self.allreduce_grad_dtype)
+            if g is None:
+                host = numpy.zeros(p.shape, dtype=dtype)
+            else:
+                host = numpy.array(_mpi.to_host(g)[0], dtype=dtype, order='C')
+            _mpi.allreduce_buffer(self.mpi_comm, host, MPI.SUM)
+            host /= self.size
+            value = host.astype(p.dtype, copy=False)
+            device = backend.get_device_id(p.array)
+            p.grad = value if device < 0 else backend.to_gpu(value, device)

@@ -1,0 +1,180 @@
+"""create_multi_node_optimizer: make any optimizer data-parallel."""
+import copy
+
+from minichain import backend
+
+_OWN = ('actual_optimizer', 'communicator', 'zero_fill', 'needs_broadcast')
+
+
+class _MultiNodeOptimizer:
+    """Wraps an optimizer: average gradients over ranks, then step.
+
+    Everything not defined here (``lr``, ``t``, ``target``, ``add_hook``,
+    ``serialize``...) reads and writes the wrapped optimizer.
+    """
+
+    def __init__(self, actual_optimizer, communicator, zero_fill=True):
+        d = self.__dict__
+        d['actual_optimizer'] = actual_optimizer
+        d['communicator'] = communicator
+        d['zero_fill'] = zero_fill
+        d['needs_broadcast'] = True
+
+    def setup(self, link):
+        """Set up the wrapped optimizer on ``link``; the next update
+        broadcasts rank 0's parameters. Returns self."""
+        self.actual_optimizer.setup(link)
+        self.needs_broadcast = True
+        return self
+
+    def update(self, lossfun=None, *args, **kwds):
+        """One data-parallel step.
+
+        With ``lossfun``, gradients are cleared and ``lossfun(*args,
+        **kwds).backward()`` computes this rank's gradients first. The first
+        call after ``setup`` only broadcasts rank 0's parameters and
+        persistents (no step: the gradients were taken at the old values);
+        every later call averages the gradients over ranks and steps.
+        """
+        target = self.actual_optimizer.target
+        if lossfun is not None:
+            target.cleargrads()
+            loss = lossfun(*args, **kwds)
+            loss.backward()
+            del loss
+        if self.needs_broadcast:
+            self.communicator.bcast_data(target)
+            self.needs_broadcast = False
+            return
+        self.communicator.multi_node_mean_grad(target, self.zero_fill)
+        self.actual_optimizer.update(None, *args, **kwds)
+
+    def __getattr__(self, name):
+        actual = self.__dict__.get('actual_optimizer')
+        if actual is None or name.startswith('__'):  # e.g. while unpickling
+            raise AttributeError(name)
+        return getattr(actual, name)
+
+    def __setattr__(self, name, value):
+        if name in _OWN:
+            self.__dict__[name] = value
+        else:
+            setattr(self.actual_optimizer, name, value)
+
+    def __repr__(self):
+        return 'MultiNode({!r}, {!r})'.format(self.actual_optimizer,
+                                              self.communicator)
+
+
+class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
+    """Overlaps each step's NCCL allreduce with the next iteration.
+
+    The allreduce of step k runs on a side CUDA stream while step k+1
+    computes; step k+1 then applies the averaged gradients of step k (one
+    step stale). Two packed buffers alternate so that the one being applied
+    is never the one being reduced; the default stream waits for the side
+    stream on the GPU, never on the host.
+    """
+
+    def __init__(self, actual_optimizer, communicator, zero_fill=True):
+        from minichain.dist.pure_nccl import PureNcclCommunicator
+        if not isinstance(communicator, PureNcclCommunicator):
+            raise ValueError('create_multi_node_optimizer: double_buffering '
+                             'needs a pure_nccl (or hierarchical) '
+                             'communicator, got {}'.format(
+                                 type(communicator).__name__))
+        backend.check_cuda_available()
+        super().__init__(actual_optimizer, communicator, zero_fill)
+        d = self.__dict__
+        d['_shadow'] = None        # holds the gradients being reduced
+        d['_stream'] = None
+        d['_done'] = None          # event: the side stream finished
+        d['_in_flight'] = None     # gradients the side stream still reads
+        d['_parity'] = 0
+        d['_ready'] = False        # the shadow holds averaged gradients
+
+    def update(self, lossfun=None, *args, **kwds):
+        """A step applying the previous step's averaged gradients (see the
+        class docstring); the first call after ``setup`` broadcasts."""
+        target = self.actual_optimizer.target
+        if lossfun is not None:
+            target.cleargrads()
+            loss = lossfun(*args, **kwds)
+            loss.backward()
+            del loss
+        if self.needs_broadcast:
+            self.communicator.bcast_data(target)
+            self.needs_broadcast = False
+            shadow = copy.deepcopy(target)
+            for p in shadow.params():  # holds gradients only
+                p.cleargrad()
+                p.update_rule = None
+            d = self.__dict__
+            d['_shadow'], d['_ready'] = shadow, False
+            return
+        cupy = backend.get_cupy()
+        d = self.__dict__
+        if d['_stream'] is None:
+            d['_stream'] = cupy.cuda.Stream(non_blocking=True)
+        current = cupy.cuda.get_current_stream()
+        if d['_done'] is not None:
+            current.wait_event(d['_done'])
+        d['_in_flight'] = None  # later default-stream work is ordered after
+        ready = d['_ready']
+        for (_, p), (_, s) in zip(target.namedparams(),
+                                  d['_shadow'].namedparams()):
+            p.grad_var, s.grad_var = s.grad_var, p.grad_var
+        start = current.record()
+        d['_stream'].wait_event(start)
+        d['_in_flight'] = [s.grad for s in d['_shadow'].params()]
+        self.communicator.multi_node_mean_grad_async(
+            d['_shadow'], self.zero_fill, d['_stream'],
+            'double{}'.format(d['_parity']))
+        d['_done'] = d['_stream'].record()
+        d['_parity'] ^= 1
+        d['_ready'] = True
+        if ready:
+            self.actual_optimizer.update(None, *args, **kwds)
+
+
+def create_multi_node_optimizer(actual_optimizer, communicator,
+                                double_buffering=False, zero_fill=True):
+    """Wrap ``actual_optimizer`` for synchronous data-parallel training.
+
+    The contract, on every rank:
+
+    * every rank builds the same model (same parameter paths, shapes and
+      dtypes: checked before each allreduce, a mismatch raises on every
+      rank) and calls ``update`` the same number of times;
+    * the first ``update`` after ``setup`` broadcasts rank 0's parameters
+      and persistents and does not step; every later one replaces each
+      gradient by its mean over ranks (parameters in sorted-path order),
+      then steps the wrapped optimizer. Gradients are **averaged**: with a
+      per-rank mean loss over equal local batches this equals one process
+      on the whole batch; a summed loss is scaled by ``1 / size``;
+    * batch-norm statistics stay per rank unless the model uses
+      ``MultiNodeBatchNormalization`` (see ``create_mnbn_model``).
+
+    Example::
+
+        comm = dist.create_communicator('flat')
+        opt = dist.create_multi_node_optimizer(
+            optimizers.MomentumSGD(lr=0.1), comm).setup(model)
+        for x, t in batches:           # this rank's shard
+            opt.update(lossfun, x, t)
+
+    Args:
+        actual_optimizer: any minichain optimizer (not yet set up, or set
+            up: call ``setup`` on the wrapper either way).
+        communicator: a minichain.dist communicator.
+        double_buffering: GPU and pure_nccl only: overlap each allreduce
+            with the next iteration, applying one-step-stale gradients.
+        zero_fill: a gradient that is None on some ranks only is averaged
+            as zeros there (else that case raises on every rank).
+    Returns:
+        The wrapper; everything it does not define is the wrapped
+        optimizer's (``opt.lr``, ``opt.t``, ``opt.serialize``...).
+    """
+    cls = _DoubleBufferingOptimizer if double_buffering else \
+        _MultiNodeOptimizer
+    return cls(actual_optimizer, communicator, zero_fill)

@@ -1,0 +1,195 @@
+"""The pure_nccl communicator: gradients averaged on the GPUs by NCCL.
+
+CuPy and NCCL are reached only through ``minichain.backend`` and only when a
+GPU gradient is first averaged, so importing this module needs neither.
+"""
+import numpy
+
+from minichain import backend
+from minichain.dist import _mpi, _packing, safety
+from minichain.dist.flat import FlatCommunicator
+
+BFLOAT16 = 'bfloat16'
+
+
+def nccl_module():
+    """``cupy.cuda.nccl``, or a RuntimeError saying what is missing."""
+    cupy = backend.get_cupy()
+    try:
+        nccl = backend.get_nccl()
+    except RuntimeError as e:
+        raise RuntimeError('pure_nccl: {}'.format(e)) from e
+    return cupy, nccl
+
+
+def nccl_dtype(nccl, dtype):
+    """The NCCL type constant for a NumPy dtype (or ``'bfloat16'``)."""
+    name = BFLOAT16 if dtype == BFLOAT16 else numpy.dtype(dtype).name
+    attr = {'float16': 'NCCL_FLOAT16', 'float32': 'NCCL_FLOAT32',
+            'float64': 'NCCL_FLOAT64', 'bfloat16': 'NCCL_BFLOAT16',
+            'uint8': 'NCCL_UINT8'}.get(name)
+    if attr is None or not hasattr(nccl, attr):
+        raise RuntimeError('pure_nccl: this NCCL cannot reduce {}'.format(name))
+    return getattr(nccl, attr)
+
+
+def check_one_gpu_per_rank(mpi_comm, device_id, where):
+    """Raise on every rank when two ranks would drive the same GPU.
+
+    NCCL needs one GPU per rank; ranks that never selected a device all sit
+    on GPU 0, which this catches before NCCL hangs or fails obscurely.
+    """
+    MPI = _mpi.import_mpi()
+    cupy = backend.get_cupy()
+    try:
+        bus = cupy.cuda.Device(device_id).pci_bus_id
+    except Exception:  # old CuPy: fall back to the device ordinal
+        bus = str(device_id)
+    keys = mpi_comm.allgather((MPI.Get_processor_name(), bus, device_id))
+    seen = {}
+    for r, key in enumerate(keys):
+        seen.setdefault(key[:2], []).append(r)
+    shared = [(key, ranks) for key, ranks in seen.items() if len(ranks) > 1]
+    if shared:
+        (node, bus_id), ranks = shared[0]
+        raise RuntimeError(
+            '{}: {} all use GPU {} (bus {}) on node {}; NCCL needs one GPU per '
+            'rank. Select a device per rank before creating the model, e.g. '
+            'cupy.cuda.Device(comm.intra_rank).use() and '
+            'model.to_gpu(comm.intra_rank)'.format(
+                where, safety.format_ranks(ranks), keys[ranks[0]][2], bus_id,
+                node))
+
+
+def to_bfloat16_bits(x32):
+    """float32 -> bfloat16 bit patterns (uint16), rounding to nearest even."""
+    xp = backend.get_array_module(x32)
+    bits = x32.view(xp.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(xp.uint16)
+
+
+def from_bfloat16_bits(b16):
+    """bfloat16 bit patterns (uint16) -> float32."""
+    xp = backend.get_array_module(b16)
+    return (b16.astype(xp.uint32) << 16).view(xp.float32)
+
+
+class PureNcclCommunicator(FlatCommunicator):
+    """Averages CuPy gradients with one NCCL allreduce of a packed buffer.
+
+    Rank 0 creates the NCCL unique ID and broadcasts it over MPI; every rank
+    builds its NCCL communicator lazily, at the first GPU allreduce, on the
+    device holding the gradients (after the user selected it: device =
+    ``comm.intra_rank`` by convention). Gradients are scaled by ``1/size``
+    while packed, so the sum is already the mean: in a float16 or bfloat16
+    transfer (``allreduce_grad_dtype``) no partial sum exceeds the mean's
+    magnitude, and the result is checked for inf/NaN. NumPy gradients fall
+    back to the flat (MPI) path.
+    """
+
+    name = 'pure_nccl'
+
+    def __init__(self, mpi_comm=None, allreduce_grad_dtype=None):
+        super().__init__(mpi_comm, allreduce_grad_dtype)
+        self._nccl_comm = None
+        self._nccl_device = None
+
+    def _check_grad_dtype(self, dtype):
+        if dtype is None:
+            return None
+        if dtype == BFLOAT16 or getattr(dtype, '__name__', '') == BFLOAT16:
+            return BFLOAT16
+        dtype = numpy.dtype(dtype)
+        if dtype not in (numpy.float16, numpy.float32, numpy.float64):
+            raise ValueError('{}: allreduce_grad_dtype must be None, float16, '
+                             '"bfloat16", float32 or float64, got {}'
+                             .format(self.name, dtype))
+        return dtype
+
+    def _layout_extra(self, model):
+        on_gpu = any(backend.get_device_id(p.array) >= 0
+                     for _, p in model.namedparams() if p.array is not None)
+        return [('(arrays on)', 'tag', 'gpu' if on_gpu else 'cpu')]
+
+    def _init_nccl(self, device_id):
+        """Create the NCCL communicator once, on ``device_id``."""
+        if self._nccl_comm is not None:
+            if device_id != self._nccl_device:
+                raise RuntimeError(
+                    '{}: NCCL was set up on GPU {} but the gradients now live '
+                    'on GPU {}'.format(self.name, self._nccl_device, device_id))
+            return
+        cupy, nccl = nccl_module()
+        check_one_gpu_per_rank(self.mpi_comm, device_id, self.name)
+        uid = nccl.get_unique_id() if self.rank == 0 else None
+        uid = self.mpi_comm.bcast(uid, root=0)
+        with cupy.cuda.Device(device_id):
+            self._nccl_comm = nccl.NcclCommunicator(self.size, uid, self.rank)
+        self._nccl_device = device_id
+
+    def multi_node_mean_grad_async(self, model, zero_fill, stream, tag):
+        """Enqueue the averaging of ``model``'s CuPy gradients on ``stream``
+        and return without waiting (used by double buffering).
+
+        The gradients become views of the buffer named ``tag``; they are
+        valid once ``stream`` has finished. No inf/NaN check is made.
+        """
+        entries = safety.plan_grads(self.mpi_comm, model.namedparams(),
+                                    zero_fill, self._layout_extra(model))
+        if entries:
+            self._mean_grads(model, entries, stream, tag, check=False)
+
+    def _mean_grads(self, model, entries, stream=None, tag='nccl',
+                    check=True):
+        if backend.get_array_module(entries[0][1].array) is numpy:
+            return super()._mean_grads(model, entries)
+        device = backend.get_device_id(entries[0][1].array)
+        self._init_nccl(device)
+        cupy, nccl = nccl_module()
+        with cupy.cuda.Device(device):
+            stream = stream or cupy.cuda.get_current_stream()
+            with stream:
+                buf, wire = self._pack_for_wire(model, entries, tag)
+                self._nccl_comm.allReduce(
+                    wire.data.ptr, wire.data.ptr, wire.size,
+                    nccl_dtype(nccl, self._wire_dtype(entries)),
+                    nccl.NCCL_SUM, stream.ptr)
+                self._unpack_from_wire(entries, buf, wire, check)
+
+    def _wire_dtype(self, entries):
+        if self.allreduce_grad_dtype is not None:
+            return self.allreduce_grad_dtype
+        return _packing.grad_dtype(entries)
+
+    def _pack_for_wire(self, model, entries, tag):
+        """Pack scaled gradients; return ``(buffer, array sent on the wire)``
+        (for bfloat16 the wire holds uint16 bit patterns)."""
+        cupy = backend.get_cupy()
+        wire_dtype = self._wire_dtype(entries)
+        packer = _packing.Packer(entries)
+        buf_dtype = numpy.float32 if wire_dtype == BFLOAT16 else wire_dtype
+        buf = self._buffers.get(model, tag, cupy, buf_dtype, packer.total)
+        packer.pack(buf, 1.0 / self.size)
+        if wire_dtype == BFLOAT16:
+            return buf, to_bfloat16_bits(buf)
+        return buf, buf
+
+    def _unpack_from_wire(self, entries, buf, wire, check=True):
+        cupy = backend.get_cupy()
+        if wire is not buf:
+            buf[...] = from_bfloat16_bits(wire)
+        if check and (buf.dtype.itemsize < 4 or wire is not buf):
+            if not bool(cupy.isfinite(buf).all()):
+                raise FloatingPointError(
+                    '{}: the averaged gradients hold inf or NaN after the {} '
+                    'allreduce (an overflow of the transfer dtype, or '
+                    'non-finite gradients on some rank)'.format(
+                        self.name, self._wire_dtype(entries)))
+        _packing.Packer(entries).unpack(buf)
+
+    def finalize(self):
+        """Destroy the NCCL communicator, then release the MPI one if owned."""
+        if self._nccl_comm is not None:
+            self._nccl_comm.destroy()
+            self._nccl_comm = None
+        super().finalize()

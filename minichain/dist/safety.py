@@ -1,0 +1,247 @@
+"""Safety that keeps a data-parallel job from hanging or silently diverging.
+
+Two guards, both on by default:
+
+* **Same-model check.** Before every gradient allreduce and every
+  ``bcast_data``, the ranks compare a hash of their parameter layout (names,
+  shapes, dtypes in path order) in one tiny allreduce. On a mismatch every
+  rank gathers the layouts and raises the same :class:`ModelMismatchError`
+  with a table of the differing parameters by rank, instead of entering a
+  collective with a different buffer size (which hangs or corrupts).
+* **Abort on an uncaught exception.** Creating a communicator installs a
+  ``sys.excepthook`` that prints the traceback prefixed with the rank and
+  calls ``MPI.COMM_WORLD.Abort(1)``, so an error on one rank ends the whole
+  job instead of leaving the others waiting forever in a collective. Turn it
+  off with the environment variable ``MINICHAIN_NO_ABORT=1`` or by calling
+  ``set_abort_on_exception(False)``.
+"""
+import hashlib
+import os
+import sys
+import traceback
+
+import numpy
+
+from minichain.dist import _mpi
+
+ENV_NO_ABORT = 'MINICHAIN_NO_ABORT'
+_MAX_ROWS = 30
+_state = {'enabled': None, 'installed': False, 'previous': None}
+
+
+class ModelMismatchError(ValueError):
+    """The ranks hold different models (raised on every rank)."""
+
+
+# -- abort on an uncaught exception -------------------------------------------
+def set_abort_on_exception(enabled):
+    """Turn the abort-on-uncaught-exception hook on or off for this process.
+
+    Overrides the ``MINICHAIN_NO_ABORT`` environment variable.
+    """
+    _state['enabled'] = bool(enabled)
+
+
+def abort_on_exception_enabled():
+    """Whether an uncaught exception aborts the whole MPI job."""
+    if _state['enabled'] is not None:
+        return _state['enabled']
+    return os.environ.get(ENV_NO_ABORT, '').strip().lower() in (
+        '', '0', 'false', 'no')
+
+
+def install_abort_hook():
+    """Install the abort hook as ``sys.excepthook`` (once per process).
+
+    Called by every communicator's constructor; a no-op after the first call.
+    """
+    if _state['installed']:
+        return
+    _state['previous'] = sys.excepthook
+    sys.excepthook = _abort_hook
+    _state['installed'] = True
+
+
+def _abort_hook(exc_type, exc, tb):
+    previous = _state['previous'] or sys.__excepthook__
+    if not abort_on_exception_enabled():
+        return previous(exc_type, exc, tb)
+    MPI = _mpi.import_mpi()
+    if MPI.Is_finalized() or MPI.COMM_WORLD.size == 1:
+        return previous(exc_type, exc, tb)
+    prefix = '[rank {}] '.format(MPI.COMM_WORLD.rank)
+    text = ''.join(traceback.format_exception(exc_type, exc, tb))
+    text += ('uncaught exception: aborting the MPI job so that the other ranks '
+             'do not hang (set {}=1 or call minichain.dist.safety.'
+             'set_abort_on_exception(False) to turn this off)\n'
+             .format(ENV_NO_ABORT))
+    try:
+        sys.stdout.flush()
+        sys.stderr.write(''.join(prefix + line
+                                 for line in text.splitlines(True)))
+        sys.stderr.flush()
+    finally:
+        MPI.COMM_WORLD.Abort(1)
+
+
+# -- same-model check ---------------------------------------------------------
+def param_layout(named_params):
+    """``[(path, shape, dtype code)]`` of ``(path, Parameter)`` pairs (dtype
+    codes such as ``'<f4'``: cheaper to read than names, shown as names).
+
+    An uninitialized parameter has shape and dtype None.
+    """
+    out = []
+    for name, p in named_params:
+        a = p.array
+        out.append((name, None, None) if a is None
+                   else (name, a.shape, a.dtype.str))
+    return out
+
+
+def persistent_layout(named_persistents):
+    """``[(path, shape, dtype name)]`` of persistent values (scalars: shape
+    ``'scalar'`` and the Python type name)."""
+    out = []
+    for name, v in named_persistents:
+        if hasattr(v, 'shape') and hasattr(v, 'dtype'):
+            out.append((name, tuple(v.shape), numpy.dtype(v.dtype).str))
+        else:
+            out.append((name, 'scalar', type(v).__name__))
+    return out
+
+
+def layout_hash(layout):
+    """A 62-bit hash of a layout, equal on every process (never ``hash()``,
+    which Python randomizes per process for strings)."""
+    digest = hashlib.blake2b(repr(layout).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, 'little') & ((1 << 62) - 1)
+
+
+def agree(mpi_comm, layout, where, count=0):
+    """Check that every rank holds the same layout; return max of ``count``.
+
+    One MAX allreduce of ``[hash, -hash, count]``: the hashes agree when
+    ``max(hash) == min(hash)``. ``count`` rides along for free (callers use
+    it to learn whether any rank lacks a gradient).
+
+    Raises:
+        ModelMismatchError: on every rank, with a table of the differences.
+    """
+    MPI = _mpi.import_mpi()
+    h = layout_hash(layout)
+    v = numpy.array([h, -h, count], dtype=numpy.int64)
+    mpi_comm.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
+    if v[0] != -v[1]:
+        raise ModelMismatchError(
+            mismatch_message(where, mpi_comm.allgather(layout)))
+    return int(v[2])
+
+
+def check_same_model(comm, model):
+    """Raise :class:`ModelMismatchError` on every rank unless all ranks hold
+    models with the same parameter names, shapes and dtypes.
+
+    Args:
+        comm: a minichain.dist communicator.
+        model: a Link.
+    """
+    agree(comm.mpi_comm, param_layout(model.namedparams()),
+          'check_same_model')
+
+
+def _describe(entry):
+    if entry is None:
+        return '-'
+    _, shape, dtype = entry
+    if shape is None:
+        return 'uninitialized'
+    if shape == 'scalar':
+        return 'scalar ' + dtype
+    if shape == 'tag':
+        return dtype
+    return '{} {}'.format(tuple(shape), numpy.dtype(dtype).name)
+
+
+def format_ranks(ranks):
+    """``[0, 2, 3, 4]`` -> ``'ranks 0, 2-4'``."""
+    parts, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            parts.append(str(start) if start == r else
+                         '{}-{}'.format(start, r))
+            start = None
+    return ('rank ' if len(ranks) == 1 else 'ranks ') + ', '.join(parts)
+
+
+def mismatch_message(where, layouts):
+    """The error text for differing layouts (one list per rank)."""
+    groups = {}
+    for rank, layout in enumerate(layouts):
+        groups.setdefault(tuple(tuple(e) for e in layout), []).append(rank)
+    variants = list(groups.items())
+    by_name = [{e[0]: e for e in layout} for layout, _ in variants]
+    names = sorted(set().union(*by_name))
+    rows = []
+    for name in names:
+        cells = [_describe(d.get(name)) for d in by_name]
+        if len(set(cells)) > 1:
+            rows.append([name] + cells)
+    if not rows:  # same entries, different order
+        rows = [['(order)'] + [', '.join(e[0] for e in layout[:4]) + ', ...'
+                               for layout, _ in variants]]
+    header = ['parameter'] + [format_ranks(r) for _, r in variants]
+    shown = rows[:_MAX_ROWS]
+    widths = [max(len(row[i]) for row in [header] + shown)
+              for i in range(len(header))]
+    lines = ['  ' + '  '.join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
+             for row in [header] + shown]
+    if len(rows) > len(shown):
+        lines.append('  ... and {} more'.format(len(rows) - len(shown)))
+    return ('{}: the model differs between ranks ({} of {} entries differ); '
+            'every rank must build the same model (same parameter paths, '
+            'shapes and dtypes):\n{}'.format(
+                where, len(rows), len(names), '\n'.join(lines)))
+
+
+def plan_grads(mpi_comm, named_params, zero_fill, extra=()):
+    """Check the layout and the missing gradients; return what to allreduce.
+
+    ``extra`` entries ``(label, 'tag', text)`` join the compared layout (a
+    communicator adds e.g. where its arrays live).
+
+    Returns ``[(path, param, grad_or_None)]``: initialized parameters whose
+    gradient exists on at least one rank (a gradient missing on every rank
+    stays missing). A None entry means "contribute zeros" (``zero_fill``).
+
+    Raises:
+        ModelMismatchError: the layouts differ (on every rank).
+        ValueError: without ``zero_fill``, some gradient exists on some
+            ranks only (on every rank, naming the parameters and ranks).
+    """
+    named_params = list(named_params)
+    entries = [(n, p) for n, p in named_params if p.array is not None]
+    missing = numpy.array([p.grad is None for _, p in entries], dtype=bool)
+    if not agree(mpi_comm, param_layout(named_params) + list(extra),
+                 'multi_node_mean_grad', int(missing.sum())):
+        return [(n, p, p.grad) for n, p in entries]
+    MPI = _mpi.import_mpi()
+    v = numpy.concatenate([missing, ~missing]).astype(numpy.int64)
+    mpi_comm.Allreduce(MPI.IN_PLACE, v, op=MPI.MIN)
+    everywhere = v[:len(entries)] > 0
+    nowhere = v[len(entries):] > 0
+    partial = ~everywhere & ~nowhere
+    if partial.any() and not zero_fill:
+        ranks_missing = mpi_comm.allgather(numpy.flatnonzero(missing))
+        lines = []
+        for i in numpy.flatnonzero(partial):
+            ranks = [r for r, m in enumerate(ranks_missing) if i in m]
+            lines.append('  {}: no gradient on {}'.format(
+                entries[i][0], format_ranks(ranks)))
+        raise ValueError(
+            'multi_node_mean_grad: some gradients are None on some ranks only '
+            '(a branch of the model was not used there); pass zero_fill=True '
+            'to average them as zeros:\n' + '\n'.join(lines))
+    return [(n, p, p.grad) for (n, p), e in zip(entries, everywhere) if not e]

@@ -1,0 +1,55 @@
+"""Launch worker scripts under the project's mpiexec from pytest."""
+import collections
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'workers')
+
+Result = collections.namedtuple('Result', 'returncode output elapsed timed_out')
+
+
+def mpiexec_path():
+    """The mpiexec next to this Python (the venv's MPICH), else on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
+    return here if os.path.exists(here) else shutil.which('mpiexec')
+
+
+def require_mpi():
+    """Skip the calling test unless mpi4py and mpiexec are installed."""
+    pytest.importorskip('mpi4py', reason='mpi4py is not installed '
+                        '(pip install "minichain[mpi]")')
+    if mpiexec_path() is None:
+        pytest.skip('no mpiexec found (pip install mpich)')
+
+
+def run_mpi(n, script, *args, timeout=60, env=None):
+    """Run ``mpiexec -n n python workers/script args...``.
+
+    Returns a Result; on timeout the whole process group is killed and
+    ``timed_out`` is True (never raises for a hang).
+    """
+    full_env = dict(os.environ, OMP_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1',
+                    PYTHONUNBUFFERED='1')
+    full_env.pop('MINICHAIN_NO_ABORT', None)
+    full_env.update(env or {})
+    cmd = [mpiexec_path(), '-n', str(n), sys.executable,
+           os.path.join(WORKERS, script)] + [str(a) for a in args]
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env=full_env,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        timed_out = True
+    return Result(proc.returncode, out.decode(errors='replace'),
+                  time.monotonic() - start, timed_out)

@@ -1,0 +1,230 @@
+"""Checks that do not depend on the communicator kind (see battery.py)."""
+import numpy
+
+import minichain
+from minichain import dist
+from minichain import functions as F
+from minichain import links as L
+from minichain.dist import _mpi
+from minichain.dist.batch_normalization import (
+    MultiNodeBatchNormalization, multi_node_batch_normalization)
+from minichain.gradient_check import check_backward, check_double_backward
+
+import _models as M
+from checks_model import _expect_error, _same_on_every_rank
+
+
+def ranks_and_factory(comm):
+    assert comm.intra_size == comm.size and comm.inter_size == 1
+    assert comm.intra_rank == comm.rank and comm.inter_rank == 0
+    _expect_error(ValueError, lambda: dist.create_communicator('mpi'),
+                  "'mpi'", 'naive', 'flat', 'pure_nccl', 'hierarchical')
+    if not minichain.backend.gpu_available():
+        auto = dist.create_communicator('auto')
+        assert type(auto).__name__ == 'FlatCommunicator'
+
+
+def array_collectives(comm):
+    r, n = comm.rank, comm.size
+    x = numpy.arange(6.0).reshape(2, 3) * (r + 1)
+    assert numpy.array_equal(comm.allreduce(x),
+                             numpy.arange(6.0).reshape(2, 3) * n * (n + 1) / 2)
+    assert numpy.allclose(comm.allreduce(x, op='mean'),
+                          numpy.arange(6.0).reshape(2, 3) * (n + 1) / 2)
+    assert comm.allreduce(numpy.array([r]), op='max')[0] == n - 1
+    got = comm.bcast(x if r == n - 1 else None, root=n - 1)
+    assert numpy.array_equal(got, numpy.arange(6.0).reshape(2, 3) * n)
+    allg = comm.allgather(numpy.array([r, 10 * r], dtype=numpy.int32))
+    assert allg.dtype == numpy.int32
+    assert numpy.array_equal(allg, [[k, 10 * k] for k in range(n)])
+    g = comm.gather(numpy.float32(r), root=0)
+    assert (g is None) == (r != 0)
+    if r == 0:
+        assert numpy.array_equal(g, numpy.arange(n, dtype=numpy.float32))
+    rows = numpy.arange(n * 2).reshape(n, 2) if r == 0 else None
+    assert numpy.array_equal(comm.scatter(rows, root=0), [2 * r, 2 * r + 1])
+    bad = numpy.zeros(3 if r == n - 1 and n > 1 else 2)
+    if n > 1:
+        msg = _expect_error(ValueError, lambda: comm.allreduce(bad),
+                            'differ between ranks', '(3,)')
+        _same_on_every_rank(comm, msg)
+    _expect_error(ValueError, lambda: comm.allreduce(x, op='avg'), 'sum')
+
+
+def object_collectives(comm):
+    r, n = comm.rank, comm.size
+    assert comm.bcast_obj({'a': [1, 2]} if r == 0 else None) == {'a': [1, 2]}
+    got = comm.gather_obj(('rank', r), root=n - 1)
+    assert got == ([('rank', k) for k in range(n)] if r == n - 1 else None)
+    assert comm.allgather_obj(r * r) == [k * k for k in range(n)]
+    assert comm.allreduce_obj(r) == n * (n - 1) // 2
+    assert comm.allreduce_obj([r]) == list(range(n))
+    assert comm.allreduce_obj(r, op='max') == n - 1
+
+
+def send_recv(comm):
+    r, n = comm.rank, comm.size
+    if n == 1:
+        return
+    x = numpy.full((2, 2), r, dtype=numpy.float16)
+    # Even ranks send first, odd ranks receive first: no cycle of waits.
+    for send, recv in ((comm.send, comm.recv), (comm.send_obj, comm.recv_obj)):
+        value = x if send == comm.send else {'from': r}
+        if r % 2 == 0:
+            send(value, (r + 1) % n, tag=3)
+            got = recv((r - 1) % n, tag=3)
+        else:
+            got = recv((r - 1) % n, tag=3)
+            send(value, (r + 1) % n, tag=3)
+        if send == comm.send:
+            assert got.dtype == numpy.float16 and (got == (r - 1) % n).all()
+        else:
+            assert got == {'from': (r - 1) % n}
+
+
+def split(comm):
+    r, n = comm.rank, comm.size
+    sub = comm.split(r % 2, r)
+    assert type(sub) is type(comm)
+    assert sub.size == len(range(r % 2, n, 2)) and sub.rank == r // 2
+    assert comm.allreduce_obj(0) == 0  # the parent still works
+    model = M.as_float64(M.MLP())
+    for _, p in model.namedparams():
+        p.grad = numpy.full(p.shape, float(r))
+    sub.multi_node_mean_grad(model)
+    members = list(range(r % 2, n, 2))
+    assert numpy.allclose(model.l1.W.grad, sum(members) / len(members))
+    sub.finalize()
+
+
+def chunked(comm):
+    old = _mpi.CHUNK_BYTES
+    _mpi.CHUNK_BYTES = 1000
+    try:
+        big = list(range(2000))
+        assert comm.bcast_obj(big if comm.rank == 0 else None) == big
+        model = M.as_float64(M.TinyResNet(ch=6))
+        for _, p in model.namedparams():
+            p.grad = numpy.full(p.shape, float(comm.rank))
+        comm.multi_node_mean_grad(model)  # ~2.7 KB of float64 per rank
+        for _, p in model.namedparams():
+            assert numpy.allclose(p.grad, (comm.size - 1) / 2)
+        data = numpy.arange(3000.0)
+        shard = dist.scatter_dataset(data if comm.rank == 0 else None, comm,
+                                     force_equal_length=False)
+        assert numpy.array_equal(numpy.sort(numpy.concatenate(
+            comm.allgather_obj(shard))), data)
+        x = numpy.arange(700.0) + comm.rank
+        assert numpy.array_equal(comm.allgather(x)[-1], x - comm.rank
+                                 + comm.size - 1)
+        assert numpy.array_equal(comm.bcast(x), numpy.arange(700.0))
+    finally:
+        _mpi.CHUNK_BYTES = old
+
+
+def scatter_dataset(comm):
+    n_data, size = 10, comm.size
+    data = numpy.arange(n_data) * 10
+    shard = dist.scatter_dataset(data if comm.rank == 0 else None, comm,
+                                 force_equal_length=False)
+    shards = comm.allgather_obj(shard)
+    assert sorted(numpy.concatenate(shards).tolist()) == data.tolist()
+    lens = [len(s) for s in shards]
+    assert max(lens) - min(lens) <= 1 and sum(lens) == n_data
+    eq = comm.allgather_obj(dist.scatter_dataset(
+        data if comm.rank == 0 else None, comm))
+    assert {len(s) for s in eq} == {-(-n_data // size)}
+    assert set(numpy.concatenate(eq).tolist()) == set(data.tolist())
+    one = comm.allgather_obj(dist.scatter_dataset(
+        data if comm.rank == 0 else None, comm, shuffle=True, seed=7,
+        force_equal_length=False))
+    two = comm.allgather_obj(dist.scatter_dataset(
+        data if comm.rank == 0 else None, comm, shuffle=True, seed=7,
+        force_equal_length=False))
+    assert all(numpy.array_equal(a, b) for a, b in zip(one, two))
+    assert sorted(numpy.concatenate(one).tolist()) == data.tolist()
+    cols = (numpy.arange(7.0), numpy.arange(7) % 2)
+    x, t = dist.scatter_dataset(cols if comm.rank == 0 else None, comm,
+                                shuffle=True, seed=1)
+    assert numpy.array_equal(x.astype(int) % 2, t)  # rows stay together
+    items = dist.scatter_dataset(['a', 'b', 'c'] if comm.rank == 0 else None,
+                                 comm, force_equal_length=False)
+    assert isinstance(items, list)
+
+
+def scatter_index(comm):
+    idx = dist.scatter_index(9, comm, shuffle=True, seed=3,
+                             force_equal_length=False)
+    everything = numpy.concatenate(comm.allgather_obj(idx))
+    assert sorted(everything.tolist()) == list(range(9))
+    idx2 = dist.scatter_index(9, comm, shuffle=True, seed=3,
+                              force_equal_length=False)
+    assert numpy.array_equal(idx, idx2)
+
+
+def evaluate_weighted(comm):
+    data = numpy.arange(11.0)
+    shard = dist.scatter_dataset(data if comm.rank == 0 else None, comm,
+                                 force_equal_length=False)
+
+    def metrics(batch):
+        return {'mean': F.sum(minichain.Variable(batch)) / len(batch),
+                'sq': float((batch ** 2).mean())}
+    got = dist.evaluate(comm, metrics, shard, batch_size=2)
+    assert abs(got['mean'] - data.mean()) < 1e-12, got
+    assert abs(got['sq'] - (data ** 2).mean()) < 1e-12, got
+
+
+def mnbn_gradcheck(comm):
+    solo = comm.split(comm.rank, 0)  # every rank checks on its own
+    rng = numpy.random.default_rng(comm.rank)
+    x = rng.standard_normal((5, 3, 2, 2))
+    g, b = rng.standard_normal(3) + 1.5, rng.standard_normal(3)
+    gy = rng.standard_normal(x.shape)
+
+    def f(x, g, b):
+        return multi_node_batch_normalization(x, g, b, solo)
+    check_backward(f, (x, g, b), gy, eps=1e-6, atol=1e-7, rtol=1e-6)
+    ggs = tuple(rng.standard_normal(a.shape) for a in (x, g, b))
+    check_double_backward(f, (x, g, b), gy, ggs, eps=1e-5, atol=1e-6,
+                          rtol=1e-5)
+    solo.finalize()
+
+
+def mnbn_matches_full_batch(comm):
+    rng = numpy.random.default_rng(5)
+    x = rng.standard_normal((3 * comm.size + 1, 4, 3)) * 3 + 7
+    lo = [0] + [3 * k + 1 for k in range(1, comm.size)] + [len(x)]
+    mine = x[lo[comm.rank]:lo[comm.rank + 1]]
+    gamma, beta = rng.standard_normal(4), rng.standard_normal(4)
+    rm, rv = numpy.zeros(4), numpy.ones(4)
+    y = multi_node_batch_normalization(mine, gamma, beta, comm,
+                                       running_mean=rm, running_var=rv)
+    rm0, rv0 = numpy.zeros(4), numpy.ones(4)
+    want = F.batch_normalization(x, gamma, beta, running_mean=rm0,
+                                 running_var=rv0).array
+    assert numpy.allclose(y.array, want[lo[comm.rank]:lo[comm.rank + 1]],
+                          rtol=1e-12, atol=1e-12)
+    assert numpy.allclose(rm, rm0, rtol=1e-12) and numpy.allclose(
+        rv, rv0, rtol=1e-12)
+
+
+def mnbn_model_copy(comm):
+    model = M.as_float64(M.TinyResNet())
+    model.bn.avg_mean[...] = 3.0
+    mn = dist.create_mnbn_model(model, comm)
+    kinds = [type(link).__name__ for _, link in mn.namedlinks()
+             if isinstance(link, L.BatchNormalization)]
+    assert kinds == ['MultiNodeBatchNormalization'] * 5, kinds
+    assert all(type(link) is L.BatchNormalization
+               for _, link in model.namedlinks()
+               if isinstance(link, L.BatchNormalization))  # original intact
+    assert [n for n, _ in mn.namedparams()] == [
+        n for n, _ in model.namedparams()]
+    assert (mn.bn.avg_mean == 3.0).all() and mn.bn.comm is comm
+    again = dist.create_mnbn_model(mn, comm)  # copying an MNBN keeps comm
+    assert again.bn.comm is comm and again.bn is not mn.bn
+    bn = MultiNodeBatchNormalization(4, comm, dtype=numpy.float64)
+    assert [n for n, _ in bn.namedparams()] == ['/beta', '/gamma']
+    assert [n for n, _ in bn.namedpersistents()] == [
+        '/N', '/avg_mean', '/avg_var']
