@@ -98,7 +98,8 @@ def get_device(spec):
 
     Args:
         spec: a Device, an int (negative: host; N >= 0: GPU N), or a string
-            ``'@numpy'``, ``'numpy'``, ``'cpu'``, ``'@cupy:N'``, ``'cuda:N'``.
+            ``'@numpy'``, ``'numpy'``, ``'cpu'``, ``'@cupy:N'``, ``'cuda:N'``,
+            or an integer written as a string (``'-1'``, ``'0'``).
 
     Returns:
         a ``CpuDevice`` or ``GpuDevice``.
@@ -117,6 +118,9 @@ def get_device(spec):
     text = spec.strip().lower()
     if text in ('@numpy', 'numpy', 'cpu'):
         return CpuDevice()
+    # Chainer's examples pass ``--device`` straight from argparse: '-1', '0'.
+    if text.lstrip('-').isdigit():
+        return get_device(int(text))
     for prefix in ('@cupy:', 'cuda:'):
         if text.startswith(prefix):
             number = text[len(prefix):]

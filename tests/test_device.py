@@ -74,3 +74,8 @@ def test_gpu_device_and_link_to_device():
     assert isinstance(link.W.array, cupy.ndarray)
     link.to_device(-1)
     assert isinstance(link.W.array, numpy.ndarray)
+
+
+@pytest.mark.parametrize('spec', ['-1', ' -1 ', '-2'])
+def test_integer_strings_as_chainer_examples_pass_them(spec):
+    assert minichain.get_device(spec).xp is numpy

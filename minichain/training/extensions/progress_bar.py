@@ -83,8 +83,10 @@ class ProgressBar(extension.Extension):
         out = self._out or sys.stdout
         if self._tqdm is not None:
             if self._bar is None:
+                # initial= makes tqdm's rate count only progress made from
+                # here on, not the first interval divided by ~0 seconds.
                 self._bar = self._tqdm(total=length, unit=unit, file=out,
-                                       leave=True)
+                                       leave=True, initial=current)
             self._bar.n = current
             self._bar.set_postfix_str('iteration {}'.format(iteration),
                                       refresh=False)

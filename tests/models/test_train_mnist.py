@@ -1,0 +1,221 @@
+"""models/train_mnist.py and the script of docs/porting.md, run for real.
+
+Each run trains a small MLP for an epoch or two on generated Fashion-MNIST
+IDX files (a few hundred 28x28 images whose class is a bright row, so that
+the model can learn it), in a subprocess: one process, or ``mpiexec -n 2``.
+"""
+import difflib
+import gzip
+import json
+import os
+import re
+import signal
+import struct
+import subprocess
+import sys
+
+import numpy
+import pytest
+
+import minichain
+from minichain import backend, serializers
+from minichain.iterators import SerialIterator
+from minichain.training import extensions
+from tests.dist._launch import mpiexec_path, require_mpi
+from tests.test_docs import read_page
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+SCRIPT = os.path.join(ROOT, 'models', 'train_mnist.py')
+PAGE = os.path.join(ROOT, 'docs', 'porting.md')
+N_TRAIN, N_TEST = 240, 101  # 101: the two ranks' test shards differ
+SMALL = ['--unit', '16', '--batchsize', '20']
+
+
+def write_idx(path, array):
+    """Write a uint8 array as a gzipped IDX file ``path + '.gz'``."""
+    header = struct.pack('>BBBB', 0, 0, 0x08, array.ndim)
+    header += struct.pack('>{}I'.format(array.ndim), *array.shape)
+    with gzip.open(path + '.gz', 'wb') as f:
+        f.write(header + array.astype(numpy.uint8).tobytes())
+
+
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory):
+    """A folder with the four Fashion-MNIST files, generated."""
+    folder = tmp_path_factory.mktemp('fashion-mnist')
+    rng = numpy.random.default_rng(0)
+    for split, n in (('train', N_TRAIN), ('t10k', N_TEST)):
+        labels = rng.integers(0, 10, n)
+        images = rng.integers(0, 60, (n, 28, 28))
+        images[numpy.arange(n), labels, :] += 180  # class k: row k is bright
+        write_idx(str(folder / (split + '-images-idx3-ubyte')), images)
+        write_idx(str(folder / (split + '-labels-idx1-ubyte')), labels)
+    return str(folder)
+
+
+def run(args, nprocs=0, env=None, timeout=60):
+    """Run ``python args`` (under ``mpiexec -n nprocs`` if nprocs); returns
+    (exit code, stdout + stderr). A hang kills the process group and
+    fails the test."""
+    cmd = [sys.executable] + [str(a) for a in args]
+    if nprocs:
+        cmd = [mpiexec_path(), '-n', str(nprocs)] + cmd
+    full_env = dict(os.environ, OMP_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1',
+                    PYTHONUNBUFFERED='1')
+    full_env.pop('MINICHAIN_NO_ABORT', None)
+    full_env.update(env or {})
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env=full_env,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail('{} hung for {} s; output:\n{}'.format(
+            ' '.join(cmd), timeout, out.decode(errors='replace')))
+    return proc.returncode, out.decode(errors='replace')
+
+
+def read_log(out_dir):
+    with open(os.path.join(out_dir, 'log')) as f:
+        return json.load(f)
+
+
+def evaluate_snapshot(path, data_dir):
+    """Validation means of a snapshot's model over the whole test set, in
+    this one process."""
+    from models.train_mnist import MLP
+    model = minichain.links.Classifier(MLP(16, 10))
+    serializers.load_npz(path, model, path='updater/model:main/',
+                         strict=False)
+    _, test = minichain.datasets.get_fashion_mnist(data_dir=data_dir)
+    evaluator = extensions.Evaluator(
+        SerialIterator(test, 20, repeat=False, shuffle=False), model)
+    return evaluator.evaluate()
+
+
+@pytest.mark.mpi
+def test_two_ranks(data_dir, tmp_path):
+    require_mpi()
+    out = tmp_path / 'out'
+    code, output = run([SCRIPT, '--data-dir', data_dir, '--epoch', 2,
+                        '--out', out] + SMALL, nprocs=2)
+    assert code == 0, output
+    assert output.count('validation/main/accuracy') == 1  # rank 0 reports
+    assert 'digraph' in (out / 'cg.dot').read_text()
+    log = read_log(out)
+    assert [e['epoch'] for e in log] == [1, 2]
+    # 120 images per rank, 20 per batch: 6 iterations an epoch.
+    assert [e['iteration'] for e in log] == [6, 12]
+    for entry in log:
+        for key in ('main/loss', 'main/accuracy', 'validation/main/loss',
+                    'validation/main/accuracy'):
+            assert numpy.isfinite(entry[key]), (key, entry)
+    assert log[-1]['validation/main/accuracy'] > 0.3  # chance is 0.1
+    assert log[-1]['main/loss'] < log[0]['main/loss']
+    # The multi-node evaluator (shards of 51 and 50 examples) reports what
+    # one process gets on the whole test set with the same weights.
+    whole = evaluate_snapshot(str(out / 'snapshot_epoch_2'), data_dir)
+    for key in ('validation/main/loss', 'validation/main/accuracy'):
+        numpy.testing.assert_allclose(log[-1][key], whole[key], rtol=1e-5)
+
+
+def test_one_process_and_resume(data_dir, tmp_path):
+    full, resumed = tmp_path / 'full', tmp_path / 'resumed'
+    code, output = run([SCRIPT, '--data-dir', data_dir, '--epoch', 2,
+                        '--out', full] + SMALL)
+    assert code == 0, output
+    log = read_log(full)
+    assert [e['iteration'] for e in log] == [12, 24]
+    assert log[-1]['validation/main/accuracy'] > 0.3
+    code, output = run([SCRIPT, '--data-dir', data_dir, '--epoch', 2,
+                        '--out', resumed, '--resume',
+                        full / 'snapshot_epoch_1'] + SMALL)
+    assert code == 0, output
+    again = read_log(resumed)
+    assert len(again) == 2  # the log of epoch 1 came with the snapshot
+    for a, b in zip(log, again):
+        a.pop('elapsed_time'), b.pop('elapsed_time')
+        assert a == pytest.approx(b, rel=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not backend.gpu_available(), reason='no CUDA GPU')
+def test_one_gpu(data_dir, tmp_path):
+    out = tmp_path / 'out'
+    code, output = run([SCRIPT, '--data-dir', data_dir, '--epoch', 1,
+                        '--device', 'gpu', '--out', out] + SMALL)
+    assert code == 0, output
+    assert 'device @cupy:0' in output
+    log = read_log(out)
+    assert log[0]['iteration'] == 12
+    assert 0 <= log[0]['validation/main/accuracy'] <= 1
+
+
+@pytest.mark.mpi
+def test_missing_data_ends_every_rank(tmp_path):
+    require_mpi()
+    code, output = run([SCRIPT, '--data-dir', tmp_path, '--epoch', 1,
+                        '--out', tmp_path / 'out'], nprocs=2, timeout=30)
+    assert code != 0
+    assert output.count('train_mnist.py: error:') == 1, output
+    assert 'Fashion-MNIST IDX files' in output, output
+
+
+@pytest.mark.mpi
+def test_resume_refuses_another_world_size(data_dir, tmp_path):
+    require_mpi()
+    code, output = run([SCRIPT, '--data-dir', data_dir, '--epoch', 1,
+                        '--out', tmp_path / 'one'] + SMALL)
+    assert code == 0, output
+    code, output = run([SCRIPT, '--data-dir', data_dir, '--epoch', 2,
+                        '--out', tmp_path / 'two', '--resume',
+                        tmp_path / 'one' / 'snapshot_epoch_1'] + SMALL,
+                       nprocs=2, timeout=30)
+    assert code != 0
+    assert output.count('train_mnist.py: error:') == 1, output
+    assert 'mpiexec -n 1' in output, output
+
+
+# -- docs/porting.md ----------------------------------------------------------
+def page_scripts():
+    """(Chainer script, minichain script, the page's diff) of the page."""
+    page = read_page(PAGE)
+    chainer_code, minichain_code = (b.code for b in page.blocks[:2])
+    with open(PAGE, encoding='utf-8') as f:
+        diffs = re.findall(r'^```diff\n(.*?)^```$', f.read(), re.S | re.M)
+    assert len(diffs) == 1, 'docs/porting.md should show one diff'
+    return chainer_code, minichain_code, diffs[0]
+
+
+def test_porting_page_differs_only_in_imports():
+    chainer_code, minichain_code, shown = page_scripts()
+    assert 'import chainermn' in chainer_code
+    assert 'from minichain import dist as chainermn' in minichain_code
+    changed = [line[2:] for line in difflib.ndiff(
+        chainer_code.splitlines(), minichain_code.splitlines())
+        if line[:2] in ('- ', '+ ')]
+    assert changed
+    for line in changed:
+        assert line == '' or line.startswith(('import ', 'from ')), line
+    computed = ''.join(difflib.unified_diff(
+        chainer_code.splitlines(True), minichain_code.splitlines(True),
+        'train_mnist_chainer.py', 'train_mnist_minichain.py'))
+    assert shown == computed, 'the diff shown in docs/porting.md is stale'
+
+
+@pytest.mark.mpi
+def test_porting_page_script_runs(data_dir, tmp_path):
+    require_mpi()
+    _, minichain_code, _ = page_scripts()
+    script = tmp_path / 'train_mnist.py'
+    script.write_text(minichain_code)
+    out = tmp_path / 'out'
+    code, output = run([script, '--epoch', 1, '--out', out] + SMALL,
+                       nprocs=2, env={'MINICHAIN_DATASET_ROOT': data_dir})
+    assert code == 0, output
+    log = read_log(out)
+    assert len(log) == 1 and log[0]['iteration'] == 6
+    assert 0 <= log[0]['validation/main/accuracy'] <= 1
