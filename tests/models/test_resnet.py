@@ -1,0 +1,59 @@
+import numpy
+import pytest
+
+import minichain
+from minichain import optimizers
+from models.resnet import ResNet, ResNet50, loss_and_accuracy
+
+
+def test_resnet50_parameter_count_matches_reference():
+    assert ResNet50(1000).count_params() == 25557032
+
+
+def test_resnet50_output_shape_on_imagenet_input():
+    model = ResNet50(1000)
+    x = numpy.random.default_rng(0).standard_normal(
+        (2, 3, 224, 224), dtype=numpy.float32)
+    with minichain.using_config('train', False), minichain.no_backprop_mode():
+        y = model(x)
+    assert y.shape == (2, 1000)
+    assert y.dtype == numpy.float32
+
+
+def test_namedparams_are_sorted_and_cover_every_layer():
+    model = ResNet('resnet18', 10, stem='small')
+    names = [n for n, _ in model.namedparams()]
+    assert names == sorted(names)
+    assert '/fc/W' in names and '/res2/0/conv1/W' in names
+
+
+def test_ten_momentum_sgd_steps_reduce_the_loss_small_stem():
+    rng = numpy.random.default_rng(0)
+    model = ResNet50(10, stem='small')
+    opt = optimizers.MomentumSGD(lr=0.05, momentum=0.9).setup(model)
+    x = rng.standard_normal((8, 3, 32, 32), dtype=numpy.float32)
+    t = rng.integers(0, 10, 8).astype(numpy.int32)
+    losses = []
+    for _ in range(10):
+        opt.update(loss_and_accuracy, model, x, t)
+        with minichain.no_backprop_mode():
+            losses.append(float(loss_and_accuracy(model, x, t).array))
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_train_and_test_mode_differ_through_batch_statistics():
+    rng = numpy.random.default_rng(1)
+    model = ResNet('resnet18', 10, stem='small', in_channels=1)
+    x = rng.standard_normal((4, 1, 28, 28), dtype=numpy.float32) * 3 + 1
+    with minichain.no_backprop_mode():
+        y_train = model(x).array
+        with minichain.using_config('train', False):
+            y_test = model(x).array
+    assert not numpy.allclose(y_train, y_test)
+
+
+def test_unknown_arch_and_stem_are_clear_errors():
+    with pytest.raises(ValueError, match='resnet50'):
+        ResNet('resnet42')
+    with pytest.raises(ValueError, match='stem'):
+        ResNet('resnet18', stem='huge')
