@@ -40,6 +40,7 @@ _LAZY = {
     'multi_node_batch_normalization': 'minichain.dist.batch_normalization',
     'create_mnbn_model': 'minichain.dist.batch_normalization',
     'evaluate': 'minichain.dist.evaluation',
+    'explain': 'minichain.dist.cost_model',
     'weighted_mean': 'minichain.dist.evaluation',
     'create_multi_node_evaluator': 'minichain.dist.extensions',
     'multi_node_snapshot': 'minichain.dist.extensions',

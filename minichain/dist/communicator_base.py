@@ -7,7 +7,7 @@ collectives, ``split`` and the safety checks live here.
 import numpy
 
 from minichain import backend
-from minichain.dist import _mpi, safety
+from minichain.dist import _mpi, safety, timeline
 from minichain.dist._collectives import CollectivesMixin
 
 
@@ -35,6 +35,7 @@ class CommunicatorBase(CollectivesMixin):
             allreduce_grad_dtype)
         self._init_ranks(MPI.Get_processor_name())
         safety.install_abort_hook()
+        timeline.start_from_env(self)
 
     rank = property(lambda self: self.mpi_comm.rank)
     size = property(lambda self: self.mpi_comm.size)
@@ -110,7 +111,12 @@ class CommunicatorBase(CollectivesMixin):
         if self.rank == 0:
             for a, o, n in zip(arrays, offsets, sizes):
                 buf[o:o + n] = _mpi.as_bytes(_mpi.to_host(a)[0])
+        rec = timeline.active
+        if rec:
+            t = rec.start()
         _mpi.bcast_buffer(self.mpi_comm, buf, 0)
+        if rec:
+            rec.stop('bcast', t, buf.nbytes)
         if self.rank != 0:
             for a, o, n in zip(arrays, offsets, sizes):
                 value = buf[o:o + n].view(a.dtype).reshape(a.shape)
@@ -164,7 +170,10 @@ class CommunicatorBase(CollectivesMixin):
 
     def finalize(self):
         """Release what this communicator holds (sub-communicators it
-        created). MPI itself is finalized by mpi4py at exit."""
+        created) and write the timeline this communicator started (see
+        :mod:`minichain.dist.timeline`). MPI itself is finalized by mpi4py
+        at exit."""
+        timeline.finish_owned(self)
         if self._owns_mpi_comm and self.mpi_comm is not None:
             self.mpi_comm.Free()
             self.mpi_comm = None

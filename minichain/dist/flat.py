@@ -2,7 +2,7 @@
 import numpy
 
 from minichain import backend
-from minichain.dist import _mpi, _packing
+from minichain.dist import _mpi, _packing, timeline
 from minichain.dist.communicator_base import CommunicatorBase
 
 
@@ -40,19 +40,36 @@ class FlatCommunicator(CommunicatorBase):
         xp = backend.get_array_module(entries[0][1].array)
         scale = 1.0 / self.size
         host = self._buffers.get(model, 'host', numpy, dtype, n)
+        rec = timeline.active
         if xp is numpy:
             step = max(1, min(PIPELINE_BYTES, _mpi.CHUNK_BYTES)
                        // dtype.itemsize)
+            if rec:
+                t = rec.start()
             for lo in range(0, n, step):
                 hi = min(n, lo + step)
                 packer.pack(host, scale, lo, hi)
+                if rec:
+                    t = rec.stop('pack', t, (hi - lo) * dtype.itemsize)
                 self.mpi_comm.Allreduce(MPI.IN_PLACE, host[lo:hi], op=MPI.SUM)
+                if rec:
+                    t = rec.stop('allreduce', t, (hi - lo) * dtype.itemsize)
             packer.unpack(host)
+            if rec:
+                rec.stop('unpack', t, host.nbytes)
             return
         with backend.cuda_device(backend.get_device_id(entries[0][1].array)):
             dev = self._buffers.get(model, 'device', xp, dtype, n)
+            if rec:  # on the GPU, 'pack' includes the copy to the host
+                t = rec.start(sync=True)
             packer.pack(dev, scale)
             dev.get(out=host)
+            if rec:
+                t = rec.stop('pack', t, host.nbytes, sync=True)
             _mpi.allreduce_buffer(self.mpi_comm, host, MPI.SUM)
+            if rec:
+                t = rec.stop('allreduce', t, host.nbytes)
             dev.set(host)
             packer.unpack(dev)
+            if rec:
+                rec.stop('unpack', t, host.nbytes, sync=True)

@@ -2,7 +2,7 @@
 import numpy
 
 from minichain import backend
-from minichain.dist import _mpi
+from minichain.dist import _mpi, timeline
 from minichain.dist.communicator_base import CommunicatorBase
 
 
@@ -19,15 +19,24 @@ class NaiveCommunicator(CommunicatorBase):
 
     def _mean_grads(self, model, entries):
         MPI = _mpi.import_mpi()
+        rec = timeline.active
         for _, p, g in entries:
+            if rec:
+                t = rec.start()
             dtype = (p.dtype if self.allreduce_grad_dtype is None
                      else self.allreduce_grad_dtype)
             if g is None:
                 host = numpy.zeros(p.shape, dtype=dtype)
             else:
                 host = numpy.array(_mpi.to_host(g)[0], dtype=dtype, order='C')
+            if rec:
+                t = rec.stop('pack', t, host.nbytes)
             _mpi.allreduce_buffer(self.mpi_comm, host, MPI.SUM)
+            if rec:
+                t = rec.stop('allreduce', t, host.nbytes)
             host /= self.size
             value = host.astype(p.dtype, copy=False)
             device = backend.get_device_id(p.array)
             p.grad = value if device < 0 else backend.to_gpu(value, device)
+            if rec:
+                rec.stop('unpack', t, host.nbytes, sync=device >= 0)

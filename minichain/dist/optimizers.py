@@ -1,7 +1,10 @@
 """create_multi_node_optimizer: make any optimizer data-parallel."""
 import copy
 
+import numpy
+
 from minichain import backend
+from minichain.dist import timeline
 
 _OWN = ('actual_optimizer', 'communicator', 'zero_fill', 'needs_broadcast')
 
@@ -38,16 +41,35 @@ class _MultiNodeOptimizer:
         """
         target = self.actual_optimizer.target
         if lossfun is not None:
-            target.cleargrads()
-            loss = lossfun(*args, **kwds)
-            loss.backward()
-            del loss
+            self._forward_backward(target, lossfun, args, kwds)
         if self.needs_broadcast:
             self.communicator.bcast_data(target)
             self.needs_broadcast = False
             return
         self.communicator.multi_node_mean_grad(target, self.zero_fill)
+        self._step(target, args, kwds)
+
+    def _forward_backward(self, target, lossfun, args, kwds):
+        target.cleargrads()
+        rec = timeline.active
+        if rec:
+            sync = target.xp is not numpy
+            t = rec.start(sync)
+        loss = lossfun(*args, **kwds)
+        if rec:
+            t = rec.stop('forward', t, sync=sync)
+        loss.backward()
+        if rec:
+            rec.stop('backward', t, sync=sync)
+
+    def _step(self, target, args, kwds):
+        rec = timeline.active
+        if rec:
+            sync = target.xp is not numpy
+            t = rec.start(sync)
         self.actual_optimizer.update(None, *args, **kwds)
+        if rec:
+            rec.stop('update', t, sync=sync)
 
     def __getattr__(self, name):
         actual = self.__dict__.get('actual_optimizer')
@@ -98,10 +120,7 @@ class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
         class docstring); the first call after ``setup`` broadcasts."""
         target = self.actual_optimizer.target
         if lossfun is not None:
-            target.cleargrads()
-            loss = lossfun(*args, **kwds)
-            loss.backward()
-            del loss
+            self._forward_backward(target, lossfun, args, kwds)
         if self.needs_broadcast:
             self.communicator.bcast_data(target)
             self.needs_broadcast = False
@@ -134,7 +153,7 @@ class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
         d['_parity'] ^= 1
         d['_ready'] = True
         if ready:
-            self.actual_optimizer.update(None, *args, **kwds)
+            self._step(target, args, kwds)
 
 
 def create_multi_node_optimizer(actual_optimizer, communicator,

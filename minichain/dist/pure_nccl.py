@@ -6,7 +6,7 @@ GPU gradient is first averaged, so importing this module needs neither.
 import numpy
 
 from minichain import backend
-from minichain.dist import _mpi, _packing, safety
+from minichain.dist import _mpi, _packing, safety, timeline
 from minichain.dist.flat import FlatCommunicator
 
 BFLOAT16 = 'bfloat16'
@@ -148,13 +148,22 @@ class PureNcclCommunicator(FlatCommunicator):
         cupy, nccl = nccl_module()
         with cupy.cuda.Device(device):
             stream = stream or cupy.cuda.get_current_stream()
+            rec = timeline.active
             with stream:
+                if rec:
+                    t = rec.start(sync=True)
                 buf, wire = self._pack_for_wire(model, entries, tag)
+                if rec:
+                    t = rec.stop('pack', t, wire.nbytes, sync=True)
                 self._nccl_comm.allReduce(
                     wire.data.ptr, wire.data.ptr, wire.size,
                     nccl_dtype(nccl, self._wire_dtype(entries)),
                     nccl.NCCL_SUM, stream.ptr)
+                if rec:
+                    t = rec.stop('allreduce', t, wire.nbytes, sync=True)
                 self._unpack_from_wire(entries, buf, wire, check)
+                if rec:
+                    rec.stop('unpack', t, wire.nbytes, sync=True)
 
     def _wire_dtype(self, entries):
         if self.allreduce_grad_dtype is not None:

@@ -5,6 +5,7 @@ PlotReport, observe_value, observe_lr), snapshots (snapshot,
 snapshot_object) and hyper-parameter schedules (ExponentialShift,
 LinearShift).
 """
+from minichain.training.extensions.dump_graph import DumpGraph  # noqa: F401
 from minichain.training.extensions.evaluator import Evaluator  # noqa: F401
 from minichain.training.extensions.log_report import LogReport  # noqa: F401
 from minichain.training.extensions.print_report import (  # noqa: F401

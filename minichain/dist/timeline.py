@@ -1,0 +1,284 @@
+"""A communication timeline: when each rank computed, packed and reduced.
+
+Turn it on for a whole run with the environment variable
+``MINICHAIN_TIMELINE=trace.json`` (read when the first communicator is
+created; set it on every rank, as ``mpiexec`` does by passing the
+environment), or around some steps with the context manager::
+
+    with timeline.record('trace.json', comm):
+        for x, t in batches:
+            opt.update(model, x, t)
+
+While recording, every rank notes the start and end of ``forward``,
+``backward`` and ``update`` (timed by the multi-node optimizer), ``pack``,
+``allreduce``, ``unpack`` and ``bcast`` (timed by the communicators), with
+the bytes moved. At the end (leaving the ``with`` block; for the
+environment variable, the creating communicator's ``finalize()`` or the
+exit of the process) rank 0 gathers every rank's events, writes one Chrome
+trace (open it in chrome://tracing or https://ui.perfetto.dev: one process
+per rank, one thread per category: compute, copy, comm) and prints a
+summary with the bus bandwidth of each allreduce.
+
+Costs: while nothing records, the instrumented code tests one module
+attribute (``timeline.active``). While recording on a GPU, the device is
+synchronized at every event boundary, so the times are real but GPU work
+no longer overlaps (e.g. double buffering).
+"""
+import atexit
+import contextlib
+import json
+import os
+import time
+
+from minichain import backend
+
+__all__ = ['ENV', 'Recorder', 'record', 'start', 'summarize', 'to_trace']
+
+ENV = 'MINICHAIN_TIMELINE'
+CATEGORIES = ('compute', 'copy', 'comm')  # tid = index
+_CATEGORY = {'forward': 'compute', 'backward': 'compute', 'update': 'compute',
+             'pack': 'copy', 'unpack': 'copy'}
+_ORDER = ('forward', 'backward', 'pack', 'allreduce', 'unpack', 'update',
+          'bcast')
+_TAG = 0x71E
+_MAX_ROWS = 8
+
+active = None  # the Recorder in use, or None: the instrumentation tests this
+
+
+class Recorder:
+    """Collects this rank's events; ``finish()`` merges and writes them.
+
+    Args:
+        path: where rank 0 writes the Chrome trace JSON.
+        comm: a minichain communicator, an ``mpi4py`` communicator, or any
+            object with ``rank`` and ``size`` (size 1: no MPI is used).
+            With more than one rank, creating and finishing are collective.
+        out: called with rank 0's summary text (default ``print``; None:
+            no summary).
+
+    Attributes:
+        events: this rank's ``(name, start_s, end_s, nbytes)`` tuples,
+            seconds on ``time.perf_counter``'s clock.
+    """
+
+    def __init__(self, path, comm, out=print):
+        self.path = os.fspath(path)
+        self._comm = getattr(comm, 'mpi_comm', comm)
+        self.rank, self.size = self._comm.rank, self._comm.size
+        self._print = out
+        self.events = []
+        self.finished = False
+        self.owner = None  # the communicator whose creation started it
+        if self.size > 1:
+            self._comm.Barrier()  # time zero: every rank leaves it together
+        self._t0 = time.perf_counter()
+
+    def start(self, sync=False):
+        """The clock now; ``sync``: first wait for the current GPU."""
+        if sync:
+            backend.get_cupy().cuda.Device().synchronize()
+        return time.perf_counter()
+
+    def stop(self, name, start, nbytes=None, sync=False):
+        """Record event ``name`` from ``start`` to now; return now, the start
+        of a following event."""
+        end = self.start(sync)
+        self.events.append((name, start, end, nbytes))
+        return end
+
+    def abandon(self):
+        """Stop recording without merging or writing anything."""
+        global active
+        if active is self:
+            active = None
+        self.finished = True
+
+    def finish(self):
+        """Gather every rank's events on rank 0, write the trace there and
+        print the summary (collective). Returns the trace dict on rank 0,
+        None elsewhere; a second call does nothing."""
+        if self.finished:
+            return None
+        self.abandon()
+        t0 = self._t0
+        mine = [(n, s - t0, e - t0, b) for n, s, e, b in self.events]
+        if self.size == 1:
+            per_rank = [mine]
+        else:
+            from minichain.dist import _mpi
+            if self.rank != 0:
+                _mpi.send_obj(self._comm, mine, 0, tag=_TAG)
+                return None
+            per_rank = [mine] + [_mpi.recv_obj(self._comm, r, tag=_TAG)
+                                 for r in range(1, self.size)]
+        trace = to_trace(per_rank)
+        tmp = '{}.tmp{}'.format(self.path, os.getpid())
+        with open(tmp, 'w') as f:
+            json.dump(trace, f)
+        os.replace(tmp, self.path)
+        if self._print is not None:
+            self._print(summarize(trace) + '\ntimeline: wrote ' + self.path)
+        return trace
+
+
+def to_trace(per_rank):
+    """Build the Chrome trace dict from ``per_rank[r]`` = rank r's list of
+    ``(name, start_s, end_s, nbytes)`` (seconds from a common zero).
+
+    Events are ``ph: 'X'`` (complete) with ``pid`` = rank, ``tid`` = the
+    category's index in ``CATEGORIES``, ``ts``/``dur`` in microseconds and
+    ``args`` = ``{'seq': k}`` (the k-th event of that name on that rank),
+    plus ``'bytes'`` for copies and communication. Metadata events name the
+    processes (``rank r``) and threads.
+    """
+    events = []
+    for rank, recorded in enumerate(per_rank):
+        events.append({'name': 'process_name', 'ph': 'M', 'pid': rank,
+                       'tid': 0, 'args': {'name': 'rank {}'.format(rank)}})
+        for tid, cat in enumerate(CATEGORIES):
+            events.append({'name': 'thread_name', 'ph': 'M', 'pid': rank,
+                           'tid': tid, 'args': {'name': cat}})
+        seq = {}
+        for name, start, end, nbytes in recorded:
+            cat = _CATEGORY.get(name, 'comm')
+            args = {'seq': seq.setdefault(name, 0)}
+            seq[name] += 1
+            if nbytes is not None:
+                args['bytes'] = int(nbytes)
+            events.append({'name': name, 'cat': cat, 'ph': 'X', 'pid': rank,
+                           'tid': CATEGORIES.index(cat),
+                           'ts': round(start * 1e6, 3),
+                           'dur': round((end - start) * 1e6, 3),
+                           'args': args})
+    return {'traceEvents': events, 'displayTimeUnit': 'ms',
+            'otherData': {'ranks': len(per_rank),
+                          'producer': 'minichain.dist.timeline'}}
+
+
+def _by_rank(trace, name):
+    ranks = {}
+    for e in trace['traceEvents']:
+        if e['ph'] == 'X' and e['name'] == name:
+            ranks.setdefault(e['pid'], []).append(e)
+    return [sorted(v, key=lambda e: e['args']['seq'])
+            for _, v in sorted(ranks.items())]
+
+
+def summarize(trace):
+    """A short text summary of a trace made by :func:`to_trace`.
+
+    One line of total milliseconds per event kind (mean over ranks), then
+    the allreduces: the k-th allreduce of every rank is one collective; its
+    time is the longest of the ranks' durations, and
+
+    .. math:: \\mathrm{algbw} = \\frac{n}{t}, \\qquad
+              \\mathrm{busbw} = \\mathrm{algbw} \\cdot \\frac{2(p-1)}{p}
+
+    (``n`` bytes per rank, ``p`` ranks; busbw is what each link carried in
+    a ring allreduce, comparable across rank counts, as NCCL's tests
+    report it). The first rows are listed, then the totals.
+    """
+    p = trace['otherData']['ranks']
+    kinds = sorted({e['name'] for e in trace['traceEvents'] if e['ph'] == 'X'},
+                   key=lambda n: (_ORDER.index(n) if n in _ORDER
+                                  else len(_ORDER), n))
+    totals = ['{} {:.3f}'.format(k, sum(e['dur'] for r in _by_rank(trace, k)
+                                        for e in r) / p / 1e3) for k in kinds]
+    lines = ['timeline: {} rank{}; ms per rank: {}'.format(
+        p, '' if p == 1 else 's', ', '.join(totals) or 'no events')]
+    ranks = _by_rank(trace, 'allreduce')
+    count = min((len(r) for r in ranks), default=0) if len(ranks) == p else 0
+    counts = [len(r) for r in ranks] + [0] * (p - len(ranks))
+    if len(set(counts)) > 1:
+        lines.append('warning: allreduces per rank differ: {}'.format(counts))
+    if count == 0:
+        return '\n'.join(lines + ['no allreduce recorded'])
+    lines.append('{:>9} {:>12} {:>10} {:>12} {:>12}'.format(
+        'allreduce', 'bytes', 'ms', 'algbw GB/s', 'busbw GB/s'))
+    factor = 2.0 * (p - 1) / p
+    sum_bytes = sum_us = 0.0
+    for k in range(count):
+        nbytes = ranks[0][k]['args'].get('bytes', 0)
+        us = max(r[k]['dur'] for r in ranks)
+        sum_bytes, sum_us = sum_bytes + nbytes, sum_us + us
+        if k < _MAX_ROWS:
+            lines.append(_row(k, nbytes, us, factor))
+    if count > _MAX_ROWS:
+        lines.append('{:>9}'.format('...'))
+    lines.append(_row('all {}'.format(count), sum_bytes, sum_us, factor))
+    return '\n'.join(lines)
+
+
+def _row(label, nbytes, us, factor):
+    algbw = nbytes / us / 1e3 if us > 0 else 0.0  # bytes/us -> GB/s
+    return '{:>9} {:>12,.0f} {:>10.3f} {:>12.4g} {:>12.4g}'.format(
+        label, nbytes, us / 1e3, algbw, algbw * factor)
+
+
+def _world():
+    """MPI.COMM_WORLD, or a one-rank stand-in without mpi4py."""
+    from minichain.dist import _mpi
+    try:
+        return _mpi.import_mpi().COMM_WORLD
+    except ImportError:
+        return _Alone()
+
+
+class _Alone:
+    rank, size = 0, 1
+
+
+def start(path, comm=None, out=print):
+    """Start recording into ``path`` (see :class:`Recorder`); ``comm`` None
+    means ``MPI.COMM_WORLD``. Returns the Recorder, now ``active``.
+
+    Raises:
+        RuntimeError: a timeline is already being recorded.
+    """
+    global active
+    if active is not None:
+        raise RuntimeError('timeline: already recording into {}; finish it '
+                           'first'.format(active.path))
+    active = Recorder(path, _world() if comm is None else comm, out)
+    return active
+
+
+@contextlib.contextmanager
+def record(path, comm=None, out=print):
+    """Record the timeline of the ``with`` block into ``path``.
+
+    Collective: every rank of ``comm`` (default ``MPI.COMM_WORLD``) enters
+    and leaves the block. On leaving, rank 0 writes the merged trace and
+    prints the summary. When the block raises, recording stops without
+    merging (another rank may be stuck elsewhere) and nothing is written.
+
+    Yields:
+        the Recorder (its ``events`` are this rank's).
+    """
+    recorder = start(path, comm, out)
+    try:
+        yield recorder
+    except BaseException:
+        recorder.abandon()
+        raise
+    recorder.finish()
+
+
+def start_from_env(comm):
+    """Start recording if ``MINICHAIN_TIMELINE`` is set and nothing records
+    yet (called by every communicator's constructor). The trace is written
+    when ``comm`` is finalized or, failing that, when the process exits."""
+    path = os.environ.get(ENV)
+    if not path or active is not None:
+        return
+    recorder = start(path, comm)
+    recorder.owner = comm
+    atexit.register(recorder.finish)
+
+
+def finish_owned(comm):
+    """Finish the recording that ``comm``'s creation started, if any
+    (called by ``finalize``)."""
+    if active is not None and active.owner is comm:
+        active.finish()
