@@ -1,0 +1,311 @@
+"""Array-level convolution kernels: im2col, col2im and the chunked GEMMs.
+
+Everything here works on raw NumPy/CuPy arrays; the FunctionNodes in
+``convolution.py`` call it (``pooling.py`` shares the geometry helpers).
+
+Geometry. A convolution maps an input of spatial size (h, w) to (oh, ow):
+output pixel (i, j) with kernel offset (ky, kx) reads input pixel
+(i*sy + ky*dy - ph, j*sx + kx*dx - pw); pixels outside the input read 0.
+
+Column layouts. ``im2col`` (the public one) returns (N, C, kh, kw, oh, ow).
+The GEMM path builds *chunks* of B images in the layout (C, kh, kw, B, oh, ow),
+so that one matrix product ``W (O, C*kh*kw) @ col (C*kh*kw, B*oh*ow)`` covers
+the chunk. On the CPU the batch is cut into chunks whose columns fit in the
+cache (a small col buffer reused across calls never page-faults); when
+oh*ow is large a chunk is one image and the product writes straight into
+the NCHW output, with no transposition at all. On the GPU one chunk holds
+the whole batch (one big cuBLAS product).
+
+Transposing a large matrix in NumPy costs 1-4 ns per element (a 2048x512
+weight: ~4 ms, as long as its GEMM), so the products take transposed
+operands as views (BLAS reads them in place) and only small chunks are
+ever reordered.
+"""
+import collections
+import threading
+
+import numpy
+from numpy.lib.stride_tricks import as_strided
+
+from minichain import backend
+
+Geometry = collections.namedtuple(
+    'Geometry', 'kh kw sy sx ph pw dy dx h w oh ow')
+
+# Columns of one chunk: at least this many for an efficient GEMM (measured:
+# OpenBLAS reaches ~90% of its peak from about 400-800 columns; 512 gave the
+# fastest ResNet-50 convolutions, since bigger chunks cost transpositions) ...
+_MIN_COLUMNS = 512
+# ... and a col chunk of at most this many bytes, so that it stays in L3.
+_CHUNK_BYTES = 8 << 20
+
+
+def conv_outsize(size, k, s, p, cover_all=False, d=1):
+    """Output length of a convolution along one axis (Chainer's formula)."""
+    dk = k + (k - 1) * (d - 1)
+    if cover_all:
+        return (size + p * 2 - dk + s - 1) // s + 1
+    return (size + p * 2 - dk) // s + 1
+
+
+def deconv_outsize(size, k, s, p, cover_all=False, d=1):
+    """Output length of a deconvolution: the inverse of :func:`conv_outsize`."""
+    dk = (k - 1) * d + 1
+    if cover_all:
+        return s * (size - 1) + dk - s + 1 - 2 * p
+    return s * (size - 1) + dk - 2 * p
+
+
+def is_pointwise(g):
+    """A 1x1, stride-1, unpadded convolution: the columns are the input."""
+    return (g.kh == g.kw == g.sy == g.sx == 1 and g.ph == g.pw == 0
+            and (g.oh, g.ow) == (g.h, g.w))
+
+
+# -- CPU workspaces ----------------------------------------------------------
+_local = threading.local()
+
+
+def _workspace(name, shape, dtype):
+    """A per-thread scratch array, reused across calls (never returned).
+
+    Fresh multi-megabyte arrays cost page faults on every call; these
+    transient buffers (col chunks, transposed chunks) are reused instead.
+    """
+    store = _local.__dict__.setdefault('buffers', {})
+    dtype = numpy.dtype(dtype)
+    nbytes = int(numpy.prod(shape)) * dtype.itemsize
+    buf = store.get(name)
+    if buf is None or buf.nbytes < nbytes:
+        buf = numpy.empty(nbytes, dtype=numpy.uint8)
+        store[name] = buf
+    return buf[:nbytes].view(dtype).reshape(shape)
+
+
+# -- window helpers ----------------------------------------------------------
+def _axis_range(ko, s, p, size, osize):
+    """Output positions i (range i0..i1) whose input i*s + ko - p is inside."""
+    i0 = max(0, -((ko - p) // s))
+    i1 = min(osize, (size - 1 + p - ko) // s + 1)
+    return i0, max(i0, i1), i0 * s + ko - p
+
+
+def window_slices(g):
+    """Yield (ky, kx, out_index, in_index) for every kernel offset.
+
+    ``out[..., out_index]`` and ``x[..., in_index]`` are the output positions
+    and the input pixels that offset (ky, kx) pairs, clipped to the input, so
+    padding never needs to be materialised. Offsets reaching only padding
+    are skipped.
+    """
+    for ky in range(g.kh):
+        i0, i1, r0 = _axis_range(ky * g.dy, g.sy, g.ph, g.h, g.oh)
+        if i1 == i0:
+            continue
+        for kx in range(g.kw):
+            j0, j1, c0 = _axis_range(kx * g.dx, g.sx, g.pw, g.w, g.ow)
+            if j1 == j0:
+                continue
+            out_index = (Ellipsis, slice(i0, i1), slice(j0, j1))
+            in_index = (Ellipsis,
+                        slice(r0, r0 + (i1 - i0 - 1) * g.sy + 1, g.sy),
+                        slice(c0, c0 + (j1 - j0 - 1) * g.sx + 1, g.sx))
+            yield ky, kx, out_index, in_index
+
+
+def _padded_windows(x, g, ws_name=None):
+    """A strided view (B, C, kh, kw, oh, ow) of ``x`` padded with zeros.
+
+    The zero-padded copy goes to a workspace when ``ws_name`` is given.
+    """
+    ext_h = (g.oh - 1) * g.sy + (g.kh - 1) * g.dy + 1
+    ext_w = (g.ow - 1) * g.sx + (g.kw - 1) * g.dx + 1
+    hh = max(0, min(g.h, ext_h - g.ph))  # input rows that windows reach
+    ww = max(0, min(g.w, ext_w - g.pw))
+    if g.ph == g.pw == 0 and ext_h <= g.h and ext_w <= g.w:
+        xp = x
+    else:
+        shape = x.shape[:2] + (ext_h, ext_w)
+        if ws_name is None:
+            xp = numpy.zeros(shape, x.dtype)
+        else:
+            xp = _workspace(ws_name, shape, x.dtype)
+            xp[:, :, :g.ph] = 0
+            xp[:, :, g.ph + hh:] = 0
+            xp[:, :, :, :g.pw] = 0
+            xp[:, :, :, g.pw + ww:] = 0
+        xp[:, :, g.ph:g.ph + hh, g.pw:g.pw + ww] = x[:, :, :hh, :ww]
+    s = xp.strides
+    return as_strided(xp, x.shape[:2] + (g.kh, g.kw, g.oh, g.ow),
+                      (s[0], s[1], s[2] * g.dy, s[3] * g.dx,
+                       s[2] * g.sy, s[3] * g.sx), writeable=False)
+
+
+# -- public layout (N, C, kh, kw, oh, ow) -------------------------------------
+def im2col(x, g):
+    """Columns of ``x`` (N, C, h, w) as a fresh (N, C, kh, kw, oh, ow) array."""
+    if backend.get_array_module(x) is not numpy:
+        from minichain.functions import _cuda_kernels
+        return _cuda_kernels.im2col(x, g, batch_major=True)
+    return numpy.ascontiguousarray(_padded_windows(x, g))
+
+
+def col2im(col, g):
+    """Sum (N, C, kh, kw, oh, ow) columns back into a fresh (N, C, h, w)."""
+    if backend.get_array_module(col) is not numpy:
+        from minichain.functions import _cuda_kernels
+        return _cuda_kernels.col2im(col, g, batch_major=True)
+    out = numpy.zeros(col.shape[:2] + (g.h, g.w), col.dtype)
+    _col2im_add(out, col, g)
+    return out
+
+
+def _col2im_add(out, col, g):
+    """out (B, C, h, w) += the columns (B, C, kh, kw, oh, ow), any strides."""
+    for ky, kx, o_idx, i_idx in window_slices(g):
+        dst = out[i_idx]
+        numpy.add(dst, col[:, :, ky, kx][o_idx], out=dst)
+
+
+# -- chunked GEMM kernels ----------------------------------------------------
+def _chunks(xp, n, per_image_bytes, p):
+    """Split range(n) into chunks of images for the column GEMMs."""
+    if xp is not numpy:
+        return [(0, n)]
+    b = max(1, min(n, -(-_MIN_COLUMNS // p),
+                   _CHUNK_BYTES // max(1, per_image_bytes)))
+    count = -(-n // b)
+    b = -(-n // count)  # balance the chunks
+    return [(i, min(n, i + b)) for i in range(0, n, b)]
+
+
+def _col_chunk(x, n0, n1, g):
+    """Columns of images n0..n1 as a (C*kh*kw, B*oh*ow) matrix."""
+    c = x.shape[1]
+    k, b, p = c * g.kh * g.kw, n1 - n0, g.oh * g.ow
+    if backend.get_array_module(x) is not numpy:
+        from minichain.functions import _cuda_kernels
+        return _cuda_kernels.im2col(x[n0:n1], g, batch_major=False).reshape(
+            k, b * p)
+    if b == 1 and is_pointwise(g):
+        return x[n0].reshape(k, p)
+    col = _workspace('col', (c, g.kh, g.kw, b, g.oh, g.ow), x.dtype)
+    numpy.copyto(col, _padded_windows(x[n0:n1], g, 'pad').transpose(
+        1, 2, 3, 0, 4, 5))
+    return col.reshape(k, b * p)
+
+
+def _channel_major(a, n0, n1, name):
+    """Images n0..n1 of ``a`` (N, C, oh, ow) as a (C, B*oh*ow) matrix."""
+    c, p = a.shape[1], a.shape[2] * a.shape[3]
+    if n1 - n0 == 1:
+        return a[n0].reshape(c, p)
+    xp = backend.get_array_module(a)
+    if xp is numpy:
+        out = _workspace(name, (c, n1 - n0, p), a.dtype)
+    else:
+        out = xp.empty((c, n1 - n0, p), a.dtype)
+    xp.copyto(out, a[n0:n1].reshape(n1 - n0, c, p).transpose(1, 0, 2))
+    return out.reshape(c, (n1 - n0) * p)
+
+
+def _store_chunk(y, n0, n1, prod):
+    """Write a (G, O/G, B*P) product into y[n0:n1] (NCHW)."""
+    xp = backend.get_array_module(y)
+    b, o = n1 - n0, y.shape[1]
+    xp.copyto(y[n0:n1].reshape(b, o, -1),
+              prod.reshape(o, b, -1).transpose(1, 0, 2))
+
+
+def conv_forward(x, W, g, groups):
+    """y = conv(x, W) without bias; x (N, C, h, w), W (O, C/G, kh, kw)."""
+    xp = backend.get_array_module(x)
+    n, c = x.shape[:2]
+    o = W.shape[0]
+    p = g.oh * g.ow
+    w2 = W.reshape(groups, o // groups, -1)
+    y = xp.empty((n, o, g.oh, g.ow), x.dtype)
+    per_image = c * g.kh * g.kw * p * x.dtype.itemsize
+    for n0, n1 in _chunks(xp, n, per_image, p):
+        col = _col_chunk(x, n0, n1, g).reshape(groups, -1, (n1 - n0) * p)
+        if n1 - n0 == 1:
+            xp.matmul(w2, col, out=y[n0].reshape(groups, o // groups, p))
+        else:
+            _store_chunk(y, n0, n1, xp.matmul(w2, col))
+    return y
+
+
+def conv_grad_w(x, gy, g, groups, w_shape):
+    """dL/dW of y = conv(x, W) from x and gy = dL/dy; returns w_shape."""
+    xp = backend.get_array_module(x)
+    n, c = x.shape[:2]
+    o = gy.shape[1]
+    p = g.oh * g.ow
+    gw = None
+    per_image = c * g.kh * g.kw * p * x.dtype.itemsize
+    for n0, n1 in _chunks(xp, n, per_image, p):
+        col = _col_chunk(x, n0, n1, g).reshape(groups, -1, (n1 - n0) * p)
+        gyc = _channel_major(gy, n0, n1, 'gy').reshape(groups, o // groups, -1)
+        # gy @ col^T lands in W's layout; BLAS reads col^T in place.
+        part = xp.matmul(gyc, col.transpose(0, 2, 1))
+        gw = part if gw is None else xp.add(gw, part, out=gw)
+    return gw.reshape(w_shape)
+
+
+def _flipped_weight(W, groups):
+    """W (O, C/G, kh, kw) -> (C, O/G, kh, kw), each kernel rotated 180 deg."""
+    o, cg, kh, kw = W.shape
+    wf = W.reshape(groups, o // groups, cg, kh, kw).transpose(0, 2, 1, 3, 4)
+    return backend.get_array_module(W).ascontiguousarray(
+        wf[:, :, :, ::-1, ::-1]).reshape(groups * cg, o // groups, kh, kw)
+
+
+def deconv_forward(x, W, g, groups):
+    """The transpose of conv_forward: x (N, O, oh, ow) -> y (N, C, h, w).
+
+    W is the convolution's weight (O, C/G, kh, kw). Three routes:
+
+    * 1x1 stride 1: one GEMM ``W^T @ x`` per chunk (BLAS reads W^T in place).
+    * stride 1 with a weight no larger than x: a convolution of x with the
+      flipped, transposed kernel and pad ``d*(k-1) - p``. Transposing W costs
+      a copy of W (slow for big matrices, hence the size test), but saves
+      col2im's kh*kw accumulation passes over the output.
+    * otherwise one GEMM ``W^T @ x`` giving columns, summed back into pixels
+      (col2im).
+    """
+    xp = backend.get_array_module(x)
+    n, o = x.shape[:2]
+    cg = W.shape[1]
+    c = cg * groups
+    p = g.oh * g.ow
+    w2t = W.reshape(groups, o // groups, -1).transpose(0, 2, 1)
+    if is_pointwise(g):
+        y = xp.empty((n, c, g.h, g.w), x.dtype)
+        for n0, n1 in _chunks(xp, n, o * p * x.dtype.itemsize, p):
+            xc = _channel_major(x, n0, n1, 'x').reshape(groups, o // groups,
+                                                        -1)
+            if n1 - n0 == 1:
+                xp.matmul(w2t, xc, out=y[n0].reshape(groups, cg, p))
+            else:
+                _store_chunk(y, n0, n1, xp.matmul(w2t, xc))
+        return y
+    fpad = (g.dy * (g.kh - 1) - g.ph, g.dx * (g.kw - 1) - g.pw)
+    if g.sy == g.sx == 1 and min(fpad) >= 0 and W.size <= x.size:
+        fg = Geometry(g.kh, g.kw, 1, 1, fpad[0], fpad[1], g.dy, g.dx,
+                      g.oh, g.ow, g.h, g.w)
+        return conv_forward(x, _flipped_weight(W, groups), fg, groups)
+    if xp is not numpy:
+        xc = _channel_major(x, 0, n, 'x').reshape(groups, o // groups, -1)
+        col = xp.matmul(w2t, xc).reshape(c, g.kh, g.kw, n, g.oh, g.ow)
+        from minichain.functions import _cuda_kernels
+        return _cuda_kernels.col2im(col, g, batch_major=False)
+    y = numpy.zeros((n, c, g.h, g.w), x.dtype)
+    per_image = c * g.kh * g.kw * p * x.dtype.itemsize
+    for n0, n1 in _chunks(xp, n, per_image, p):
+        b = n1 - n0
+        xc = _channel_major(x, n0, n1, 'x').reshape(groups, o // groups, -1)
+        col = _workspace('col', (groups, cg * g.kh * g.kw, b * p), x.dtype)
+        numpy.matmul(w2t, xc, out=col)
+        col = col.reshape(c, g.kh, g.kw, b, g.oh, g.ow)
+        _col2im_add(y[n0:n1], col.transpose(3, 0, 1, 2, 4, 5), g)
+    return y
