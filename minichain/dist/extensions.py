@@ -23,8 +23,10 @@ import types
 
 import numpy
 
+from minichain import backend
 from minichain.reporter import DictSummary
-from minichain.serializers import DictionarySerializer, NpzDeserializer
+from minichain.serializers import (Deserializer, DictionarySerializer,
+                                   NpzDeserializer)
 from minichain.training import extension
 
 __all__ = ['create_multi_node_evaluator', 'multi_node_snapshot',
@@ -124,9 +126,12 @@ class MultiNodeSnapshot(extension.Extension):
     the global batch all depend on it, so :meth:`load` refuses a snapshot
     written with another number.
 
-    Per-rank state that differs between ranks (per-rank batch-norm running
-    statistics, a different shuffling seed per rank) is taken from ``root``
-    on every rank after a resume.
+    Persistent values of the trained links may differ between ranks
+    (per-rank batch-norm running statistics): every rank sends its own to
+    ``root`` when a snapshot is taken, they are stored per rank
+    (``extensions/<name>/rank<r>/...``), and :meth:`load` gives each rank its
+    own back. Other per-rank state (e.g. a different shuffling seed per rank)
+    is not kept: every rank resumes with ``root``'s.
 
     Use :func:`multi_node_snapshot` to make one.
 
@@ -147,11 +152,19 @@ class MultiNodeSnapshot(extension.Extension):
         self.priority = getattr(snapshot, 'priority',
                                 extension.PRIORITY_SNAPSHOT)
         self.last_iteration = None
+        self._per_rank = None   # gathered persistents while saving (root)
+        self._loading = None    # the trainer being loaded by load()
 
     def __call__(self, trainer):
-        """Write the snapshot on ``root`` (other ranks only take note)."""
-        if self.comm.rank == self.root:
-            self.snapshot(trainer)
+        """Write the snapshot on ``root`` (collective: the other ranks send
+        their persistent values, e.g. per-rank batch-norm statistics)."""
+        self._per_rank = self.comm.gather_obj(_persistents(trainer),
+                                              self.root)
+        try:
+            if self.comm.rank == self.root:
+                self.snapshot(trainer)
+        finally:
+            self._per_rank = None
         self.last_iteration = trainer.updater.iteration
 
     def initialize(self, trainer):
@@ -167,11 +180,21 @@ class MultiNodeSnapshot(extension.Extension):
             self.snapshot.finalize()
 
     def serialize(self, serializer):
-        """Save the world size; on loading, refuse another one."""
+        """Save the world size and the other ranks' persistent values; on
+        loading through :meth:`load`, refuse another world size and give
+        each rank its own persistent values back."""
         stored = serializer('world_size', int(self.comm.size))
         if int(stored) != self.comm.size:
             raise ValueError(_size_message('the snapshot', int(stored),
                                            self.comm.size))
+        if not isinstance(serializer, Deserializer):
+            for rank, values in enumerate(self._per_rank or ()):
+                if rank != self.root:
+                    for key, value in values.items():
+                        serializer['rank{}'.format(rank)](key, value)
+        elif self._loading is not None and self.comm.rank != self.root:
+            _restore_persistents(self._loading, serializer['rank{}'.format(
+                self.comm.rank)])
 
     def _key(self):
         if self.name is None:
@@ -192,8 +215,9 @@ class MultiNodeSnapshot(extension.Extension):
                                   'written by multi_node_snapshot under the '
                                   'name {!r}'.format(path, key, self.name))
                 stored = int(npz[key])
-        except (OSError, ValueError) as e:
-            return None, 'cannot read snapshot {}: {}'.format(path, e)
+        except Exception as e:  # noqa: BLE001 - reported on every rank
+            return None, 'cannot read snapshot {}: {}: {}'.format(
+                path, type(e).__name__, e)
         if stored != self.comm.size:
             return None, _size_message(path, stored, self.comm.size)
         return data, None
@@ -215,6 +239,7 @@ class MultiNodeSnapshot(extension.Extension):
                 the trainer (the message names the key).
         """
         comm = self.comm
+        self._key()  # extended? (checked on every rank alike)
         data, error = (self._read_on_root(path) if comm.rank == self.root
                        else (None, None))
         error = comm.bcast_obj(error, self.root)
@@ -223,16 +248,21 @@ class MultiNodeSnapshot(extension.Extension):
         data = comm.bcast_obj(data, self.root)
         error = None
         try:
+            self._loading = trainer
             with numpy.load(io.BytesIO(data), allow_pickle=False) as npz:
                 s = NpzDeserializer(npz, strict=True, file_name=str(path))
                 s.load(trainer)
-                unused = s.unused_keys() if comm.rank == self.root else []
+                others = 'extensions/{}/rank'.format(self.name)
+                unused = [k for k in s.unused_keys() if not k.startswith(
+                    others)] if comm.rank == self.root else []
             if unused:
                 error = '{} has keys the trainer did not read: {}'.format(
                     path, ', '.join(unused[:5]))
         except (KeyError, ValueError, TypeError) as e:
             error = 'cannot resume from {}: {}'.format(
                 path, e.args[0] if e.args else e)
+        finally:
+            self._loading = None
         errors = comm.allgather_obj(error)
         failed = [(r, e) for r, e in enumerate(errors) if e is not None]
         if failed:
@@ -244,6 +274,30 @@ class MultiNodeSnapshot(extension.Extension):
             for opt in trainer.updater.get_all_optimizers().values():
                 if getattr(opt, 'needs_broadcast', False):
                     opt.needs_broadcast = False
+
+
+def _targets(trainer):
+    return sorted((name, opt.target) for name, opt in
+                  trainer.updater.get_all_optimizers().items())
+
+
+def _persistents(trainer):
+    """``{'<optimizer name><path>': host value}`` of the trained links."""
+    return {name + path: (backend.to_cpu(value) if backend.is_array(value)
+                          else value)
+            for name, target in _targets(trainer)
+            for path, value in target.namedpersistents()}
+
+
+def _restore_persistents(trainer, serializer):
+    """Load this rank's persistent values (arrays in place, scalars set on
+    their link), as ``bcast_data`` sets them."""
+    for name, target in _targets(trainer):
+        links = dict(target.namedlinks())
+        for path, value in target.namedpersistents():
+            value = serializer(name + path, value)
+            owner, attr = path.rsplit('/', 1)
+            setattr(links[owner or '/'], attr, value)
 
 
 def _size_message(what, stored, size):

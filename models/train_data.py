@@ -1,0 +1,241 @@
+"""Data for models/train_resnet50.py: Fashion-MNIST, ImageNet folders, noise.
+
+Every function that can fail on bad input raises :class:`UserError` (one
+line for the user); the training script runs them on every rank through a
+collective ``agree`` so that all ranks stop together.
+
+* Fashion-MNIST and synthetic images are arrays: rank 0 loads them and
+  ``scatter_dataset`` sends each rank its shard (ChainerMN's way).
+* ImageNet (``DIR/train/<class>/*``, ``DIR/val/<class>/*``): every rank lists
+  the folders itself and ``scatter_index`` gives it its share of the file
+  list; images are decoded lazily, the shorter side resized to
+  ``crop * 256 / 224``, then cropped (random + flip for training, center
+  for validation) and normalized per channel in the converter.
+"""
+import os
+import warnings
+
+import numpy
+
+import minichain
+from minichain import dist
+from minichain.dataset import DatasetMixin, concat_examples
+from minichain.datasets import (ImageFolderDataset, TransformDataset,
+                                TupleDataset, get_fashion_mnist)
+
+FASHION_MEAN, FASHION_STD = 0.2860, 0.3530
+IMAGENET_MEAN = numpy.array([0.485, 0.456, 0.406], numpy.float32) * 255
+IMAGENET_STD = numpy.array([0.229, 0.224, 0.225], numpy.float32) * 255
+SYNTHETIC_SIZE = (512, 128)  # default train / validation lengths
+
+
+class UserError(Exception):
+    """Bad input: printed as one line (by rank 0), exit with ``status``."""
+
+    def __init__(self, message, status=1):
+        super().__init__(' '.join(str(message).split()))
+        self.status = status
+
+
+def launcher_rank():
+    """This process's rank as the MPI launcher tells it (before MPI starts),
+    0 when not launched by mpiexec."""
+    for var in ('PMI_RANK', 'OMPI_COMM_WORLD_RANK', 'PMIX_RANK'):
+        if os.environ.get(var, '').isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+def get_device(kind, intra_rank):
+    """The host, or GPU ``intra_rank`` (made current) for ``kind='gpu'``."""
+    if kind == 'cpu':
+        return minichain.get_device(-1)
+    try:
+        device = minichain.get_device(intra_rank)
+    except RuntimeError as e:
+        raise UserError('--device gpu: {}'.format(e))
+    device.use()
+    return device
+
+
+def check_shard(args, shard_len, size):
+    """Refuse a per-rank batch that the training shard cannot fill."""
+    if args.batchsize > shard_len:
+        raise UserError(
+            '--batchsize {} is larger than each rank\'s shard of {} training '
+            'images ({} processes); use --batchsize {} or less, or more data'
+            .format(args.batchsize, shard_len, size, shard_len))
+
+
+def _subset(columns, n, seed, what):
+    if n is None:
+        return columns
+    if n > len(columns[0]):
+        raise UserError('--{}-subset {} is larger than the {} set ({} images)'
+                        .format(what, n, what, len(columns[0])))
+    idx = numpy.sort(numpy.random.default_rng(seed).permutation(
+        len(columns[0]))[:n])
+    return tuple(c[idx] for c in columns)
+
+
+def _arrays(args):
+    """``((x, t), (x_val, t_val), n_classes, channels)`` on rank 0."""
+    if args.data == 'synthetic':
+        rng = numpy.random.default_rng(args.seed)
+        n, n_val = args.train_subset or SYNTHETIC_SIZE[0], \
+            args.val_subset or SYNTHETIC_SIZE[1]
+        s = args.image_size
+        return ((rng.standard_normal((n, 3, s, s), numpy.float32),
+                 rng.integers(0, 10, n).astype(numpy.int32)),
+                (rng.standard_normal((n_val, 3, s, s), numpy.float32),
+                 rng.integers(0, 10, n_val).astype(numpy.int32)), 10, 3)
+    if args.data_dir is not None and not os.path.isdir(args.data_dir):
+        raise UserError('--data-dir {}: no such folder'.format(args.data_dir))
+    try:
+        train, test = get_fashion_mnist(ndim=3, data_dir=args.data_dir)
+    except (OSError, ValueError) as e:
+        raise UserError(e)
+    train, test = [tuple(d.datasets) for d in (train, test)]
+    for x, _ in (train, test):
+        x -= FASHION_MEAN
+        x /= FASHION_STD
+    n = args.train_subset
+    limit = getattr(args, 'train_limit', None)
+    if n is None and limit is not None and len(train[0]) > limit:
+        n = limit
+    return (_subset(train, n, args.seed, 'train'),
+            _subset(test, args.val_subset, args.seed + 1, 'val'), 10, 1)
+
+
+class _Indexed(DatasetMixin):
+    """``ds[i] == base[indices[i]]``."""
+
+    def __init__(self, base, indices):
+        self.base, self.indices = base, numpy.asarray(indices)
+
+    def __len__(self):
+        return len(self.indices)
+
+    def get_example(self, i):
+        return self.base[int(self.indices[i])]
+
+
+def _resize(example, side):
+    """Scale the shorter side of a (C, H, W) image to ``side`` (None, for an
+    unreadable image, passes through)."""
+    if example is None:
+        return None
+    image, label = example
+    _, h, w = image.shape
+    if min(h, w) != side:
+        from PIL import Image
+        size = (max(side, round(w * side / min(h, w))),
+                max(side, round(h * side / min(h, w))))
+        pil = Image.fromarray(image.transpose(1, 2, 0).astype(numpy.uint8))
+        image = numpy.asarray(pil.resize(size, Image.BILINEAR),
+                              numpy.float32).transpose(2, 0, 1)
+    return image, label
+
+
+def _image_folders(args):
+    """The train and val ImageFolderDatasets (every rank)."""
+    root = args.data_dir
+    if root is None:
+        raise UserError('--data imagenet needs --data-dir DIR (holding '
+                        'train/<class>/* and val/<class>/*)')
+    for split in ('train', 'val'):
+        folder = os.path.join(root, split)
+        if not os.path.isdir(folder):
+            raise UserError('--data-dir {}: no {} folder (expected '
+                            '{}/<class>/<image>)'.format(root, split, folder))
+    found = []
+    for split in ('train', 'val'):
+        folder = os.path.join(root, split)
+        try:
+            with warnings.catch_warnings():  # empty classes: an error below
+                warnings.simplefilter('ignore')
+                ds = ImageFolderDataset(folder, on_error='skip')
+        except (OSError, ValueError, ImportError) as e:
+            raise UserError(e)
+        counts = numpy.bincount([t for _, t in ds.pairs],
+                                minlength=len(ds.classes))
+        empty = [c for c, n in zip(ds.classes, counts) if n == 0]
+        if empty:
+            raise UserError('class folder {} has no images'.format(
+                os.path.join(folder, empty[0])) + (
+                    ' ({} empty class folders)'.format(len(empty))
+                    if len(empty) > 1 else ''))
+        found.append(ds)
+    if found[0].classes != found[1].classes:
+        raise UserError('{}/train and {}/val have different class folders'
+                        .format(root, root))
+    return found
+
+
+class CropConverter:
+    """Crop (random with a flip when ``train``, else central) and normalize
+    each image, leave out unreadable ones (None), batch with
+    ``concat_examples``. ``reseed`` restarts the random crops."""
+
+    def __init__(self, crop, train):
+        self.crop, self.train = crop, train
+        self.rng = numpy.random.default_rng(0)
+
+    def reseed(self, seed):
+        self.rng = numpy.random.default_rng(seed)
+
+    def __call__(self, batch, device=None):
+        out, c = [], self.crop
+        for example in batch:
+            if example is None:
+                continue
+            image, label = example
+            _, h, w = image.shape
+            if self.train:
+                top, left = self.rng.integers(h - c + 1), \
+                    self.rng.integers(w - c + 1)
+            else:
+                top, left = (h - c) // 2, (w - c) // 2
+            image = image[:, top:top + c, left:left + c]
+            if self.train and self.rng.random() < 0.5:
+                image = image[:, :, ::-1]
+            image = (image - IMAGENET_MEAN[:, None, None]) / \
+                IMAGENET_STD[:, None, None]
+            out.append((image.astype(numpy.float32), label))
+        if not out:
+            raise RuntimeError('CropConverter: every image of a batch of {} '
+                               'was unreadable'.format(len(batch)))
+        return concat_examples(out, device)
+
+
+def load(args, comm, agree):
+    """This rank's ``(train, val, n_classes, channels, converters)``.
+
+    ``converters`` is ``(train converter, val converter, skipped)`` where
+    ``skipped()`` counts this rank's unreadable images (or None)."""
+    if args.data == 'imagenet':
+        train, val = agree(comm, _image_folders, args)
+        n = len(train) if args.train_subset is None else min(
+            args.train_subset, len(train))
+        pick = numpy.random.default_rng(args.seed).permutation(len(train))[:n]
+        mine = pick[dist.scatter_index(n, comm, shuffle=True, seed=args.seed)]
+        n_val = len(val) if args.val_subset is None else min(
+            args.val_subset, len(val))
+        mine_val = dist.scatter_index(n_val, comm, force_equal_length=False)
+        side = round(args.image_size * 256 / 224)
+        shards = [TransformDataset(_Indexed(ds, idx),
+                                   lambda ex: _resize(ex, side))
+                  for ds, idx in ((train, mine), (val, mine_val))]
+        converters = (CropConverter(args.image_size, True),
+                      CropConverter(args.image_size, False),
+                      lambda: train.n_skipped + val.n_skipped)
+        return shards[0], shards[1], len(train.classes), 3, converters
+    data = agree(comm, _arrays, args) if comm.rank == 0 else agree(
+        comm, lambda: None)
+    n_classes, channels = comm.bcast_obj(data and data[2:])
+    train = dist.scatter_dataset(data and data[0], comm, shuffle=True,
+                                 seed=args.seed)
+    val = dist.scatter_dataset(data and data[1], comm,
+                               force_equal_length=False)
+    return (TupleDataset(*train), TupleDataset(*val), n_classes, channels,
+            (concat_examples, concat_examples, None))
