@@ -14,6 +14,7 @@ temporaries and is several times faster than ``ndarray.sum`` over axes
 import numpy
 
 from minichain import backend
+from minichain.functions import _parallel
 
 # When the mean is large against the standard deviation, E[x^2] - mean^2
 # cancels. With E[x^2] <= 16 var the rounding error of the one-pass
@@ -108,9 +109,12 @@ def channel_op(ufunc, a, c, lay, out=None):
     if (P > 1 and L > 1 and a.flags.c_contiguous
             and (out is None or out.flags.c_contiguous)):
         row = numpy.broadcast_to(c.reshape(C, 1), (C, L)).reshape(-1)
-        res = ufunc(a.reshape(P, C * L), row,
-                    out=None if out is None else out.reshape(P, C * L))
-        return res.reshape(a.shape)
+        if out is None:
+            out = numpy.empty(a.shape, numpy.result_type(a, row))
+        a2, o2 = a.reshape(P, C * L), out.reshape(P, C * L)
+        _parallel.split_rows(lambda s: ufunc(a2[s], row, out=o2[s]), P,
+                             2 * a.nbytes)
+        return out
     return ufunc(a, c.reshape(lay.bshape), out=out)
 
 
@@ -167,7 +171,7 @@ def cpu_backward(x, gamma, gy, mean, inv_std, centered, lay):
     a = gamma * inv_std
     gx = channel_op(numpy.multiply, src, -q, lay,
                     out=src if centered else None)
-    gx += gy
+    _parallel.elementwise(lambda o, g: numpy.add(o, g, out=o), gx, gy)
     channel_op(numpy.multiply, gx, a, lay, out=gx)
     channel_op(numpy.add, gx, a * r, lay, out=gx)
     return gx, ggamma, gbeta

@@ -5,8 +5,11 @@ Where the output determines the derivative (relu, sigmoid, tanh, softmax,
 log_softmax) backward reads the retained *output*, so the input can be freed
 as soon as the next layer has consumed it.
 """
+import numpy
+
 from minichain import backend
 from minichain.function_node import FunctionNode
+from minichain.functions import _parallel
 from minichain.functions import math as _math
 from minichain.functions import reduction as _reduction
 from minichain.functions._check import check_float, normalize_axis, unwrap
@@ -48,7 +51,12 @@ class ReLU(FunctionNode):
         x, = inputs
         self.retain_outputs((0,))
         xp = backend.get_array_module(x)
-        return xp.maximum(x, x.dtype.type(0)),
+        zero = x.dtype.type(0)
+        if xp is numpy:
+            return _parallel.elementwise(
+                lambda o, a: numpy.maximum(a, zero, out=o),
+                numpy.empty_like(x), x),
+        return xp.maximum(x, zero),
 
     def backward(self, indexes, grad_outputs):
         y, = self.get_retained_outputs()
@@ -65,6 +73,9 @@ class ReLUGrad(FunctionNode):
     def forward(self, inputs):
         self.retain_inputs((0,))
         y, gy = inputs
+        if backend.get_array_module(gy) is numpy and y.shape == gy.shape:
+            return _parallel.elementwise(_relu_grad_kernel,
+                                         numpy.empty_like(gy), y, gy),
         return gy * (y > 0),
 
     def backward(self, indexes, grad_outputs):
@@ -72,6 +83,13 @@ class ReLUGrad(FunctionNode):
         ggx, = grad_outputs
         return tuple(None if i == 0 else ReLUGrad().apply((y, ggx))[0]
                      for i in indexes)
+
+
+def _relu_grad_kernel(out, y, gy):
+    # The mask lands in out as 0/1 and is scaled in place: no bool temporary
+    # and no mixed-type multiply.
+    numpy.greater(y, 0, out=out)
+    numpy.multiply(out, gy, out=out)
 
 
 def _check_input(name, x):

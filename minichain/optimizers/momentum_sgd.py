@@ -1,5 +1,8 @@
 """Stochastic gradient descent with (heavy-ball) momentum."""
+import numpy
+
 from minichain import backend, optimizer
+from minichain.functions import _parallel
 
 __all__ = ['MomentumSGD']
 
@@ -13,8 +16,19 @@ class MomentumSGDRule(optimizer.UpdateRule):
         hp = self.hyperparam
         grad, v = param.grad, self.state['v']
         xp = backend.get_array_module(grad)
+        tmp = self.workspace.get(grad)
+        if xp is numpy:
+            # big weights: the four passes run on row blocks in parallel
+            mom, lr = hp.momentum, hp.lr
+
+            def kernel(p, v, g, t):
+                numpy.multiply(v, mom, out=v)
+                v -= numpy.multiply(g, lr, out=t)
+                p += v
+            _parallel.elementwise(kernel, param.array, v, grad, tmp)
+            return
         v *= hp.momentum
-        v -= xp.multiply(grad, hp.lr, out=self.workspace.get(grad))
+        v -= xp.multiply(grad, hp.lr, out=tmp)
         param.array += v
 
 
