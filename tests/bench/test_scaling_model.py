@@ -1,0 +1,115 @@
+"""bench/scaling_model.py: the alpha-beta arithmetic and the calibration."""
+import dataclasses
+import importlib.util
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PATH = ROOT / 'bench' / 'scaling_model.py'
+_spec = importlib.util.spec_from_file_location('scaling_model', PATH)
+sm = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sm)
+
+# 2 GPUs per node, round numbers: 4 GB/s inside, 1 GB/s per node outside.
+TOY = sm.Cluster('toy', 2, 4e9, 1e9, 1e-6, 1e-5)
+
+
+def test_gradient_bytes_are_resnet50_parameters_in_float32():
+    from models.resnet import ResNet50
+    assert ResNet50(1000).count_params() == sm.RESNET50_PARAMS
+    assert sm.GRAD_BYTES == 102_228_128
+    assert round(sm.GRAD_BYTES / 2 ** 20, 1) == 97.5
+
+
+def test_ring_allreduce_closed_form():
+    assert sm.ring_allreduce_time(1e9, 1, 1e9, 1.0) == 0.0
+    assert sm.ring_allreduce_time(1e9, 2, 1e9, 0.0) == pytest.approx(1.0)
+    assert sm.ring_allreduce_time(1e9, 4, 1e9, 0.0) == pytest.approx(1.5)
+    assert sm.ring_allreduce_time(0, 5, 1e9, 1e-6) == pytest.approx(8e-6)
+    # reduce-scatter + allgather is the ring allreduce
+    assert 2 * sm.reduce_scatter_time(3e8, 6, 2e9, 3e-6) == pytest.approx(
+        sm.ring_allreduce_time(3e8, 6, 2e9, 3e-6))
+
+
+def test_one_node_is_one_ring_over_the_intra_node_links():
+    for algorithm in ('ring', 'hier'):
+        assert sm.allreduce_time(8e8, 2, TOY, algorithm) == pytest.approx(
+            8e8 / 4e9 + 2e-6)
+
+
+def test_flat_ring_across_nodes_runs_at_the_slowest_link():
+    # 4 GPUs on 2 nodes: 2 * 3/4 * n / min(bw) + 6 * max(alpha)
+    assert sm.allreduce_time(8e8, 4, TOY, 'ring') == pytest.approx(
+        1.5 * 8e8 / 1e9 + 6 * 1e-5)
+
+
+def test_hierarchical_is_two_intra_phases_plus_a_ring_of_nodes():
+    # reduce-scatter and allgather over 2 GPUs (n/2 each way at 4 GB/s),
+    # then a ring over 2 nodes at the node's 1 GB/s.
+    want = 2 * (0.5 * 8e8 / 4e9 + 1e-6) + (8e8 / 1e9 + 2 * 1e-5)
+    assert sm.allreduce_time(8e8, 4, TOY, 'hier') == pytest.approx(want)
+
+
+def test_partial_nodes_and_unknown_algorithms_are_errors():
+    with pytest.raises(ValueError, match='do not fill nodes of 2'):
+        sm.allreduce_time(1e6, 3, TOY, 'ring')
+    with pytest.raises(ValueError, match="unknown algorithm 'tree'"):
+        sm.allreduce_time(1e6, 4, TOY, 'tree')
+
+
+def test_exposed_time_with_and_without_overlap():
+    w = sm.Workload(step_s=0.3, grad_bytes=100.0, tail_bytes=25.0)
+    assert sm.exposed_time(0.5, w, overlap=False) == 0.5
+    assert sm.exposed_time(0.5, w, overlap=True) == pytest.approx(0.3)
+    # a short allreduce still leaves its last bucket exposed
+    assert sm.exposed_time(0.1, w, overlap=True) == pytest.approx(0.025)
+
+
+def test_efficiency_orders_variants_and_falls_with_more_gpus():
+    w = sm.Workload(step_s=0.1)
+    assert sm.efficiency(1, TOY, w) == 1.0
+    comm = sm.allreduce_time(sm.GRAD_BYTES, 8, TOY, 'hier')
+    assert sm.efficiency(8, TOY, w, 'hier') == pytest.approx(
+        0.1 / (0.1 + comm))
+    effs = [sm.efficiency(p, TOY, w, 'ring') for p in (2, 4, 8, 16, 64)]
+    assert effs == sorted(effs, reverse=True)
+    plain = sm.efficiency(64, TOY, w, 'hier')
+    assert sm.efficiency(64, TOY, w, 'hier', overlap=True) > plain
+    assert sm.efficiency(64, TOY, w, 'hier', transfer_bytes=2) > plain
+
+
+def test_calibrations_invert_the_model():
+    w = sm.Workload(step_s=1.0)
+    kw = dict(algorithm='hier', overlap=True, transfer_bytes=2)
+    step = sm.calibrate_step(0.8, 16, TOY, w, **kw)
+    assert sm.efficiency(16, TOY, w.with_step(step), **kw) == pytest.approx(
+        0.8, abs=1e-9)
+    bw = sm.calibrate_inter_bw(0.95, 16, TOY, w, algorithm='hier')
+    fast = dataclasses.replace(TOY, inter_bw=bw)
+    assert sm.efficiency(16, fast, w, 'hier') == pytest.approx(0.95,
+                                                               abs=1e-9)
+    # the flat ring is capped by the 4 GB/s in-node links: no network helps
+    assert sm.calibrate_inter_bw(0.99, 16, TOY, sm.Workload(step_s=0.1),
+                                 algorithm='ring') is None
+
+
+def test_paper_calibration_reproduces_90_percent_at_128_gpus():
+    lines, cal = sm.paper_report()
+    eff = sm.efficiency(128, sm.PAPER, cal, 'ring')
+    assert eff == pytest.approx(0.90, abs=1e-6)
+    # the uncalibrated prediction at the paper's GPU speed lands near 90%
+    titan = sm.Workload(step_s=32 / sm.TITANX_IMG_S)
+    assert 0.85 < sm.efficiency(128, sm.PAPER, titan, 'ring') < 0.95
+    assert any('90% at 128 GPUs' in line for line in lines)
+
+
+def test_main_prints_every_table(capsys):
+    sm.main(['--markdown'])
+    out = capsys.readouterr().out
+    assert '102,228,128 B' in out
+    assert out.count('| GPUs |') == 3
+    assert '| 1024 |' in out and '8x400 Gb/s' in out
+    sm.main(['--custom', '--gpus-per-node', '4', '--batch', '64'])
+    out = capsys.readouterr().out
+    assert 'custom; 64 images/GPU' in out and ' 1024 ' in out
