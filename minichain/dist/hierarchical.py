@@ -1,11 +1,9 @@
 """The hierarchical communicator: NCCL inside a node, MPI between nodes."""
 import numpy
 
-from minichain import backend
-from minichain.dist import _mpi, timeline
+from minichain.dist import _mpi
 from minichain.dist.pure_nccl import (BFLOAT16, PureNcclCommunicator,
-                                      check_one_gpu_per_rank, nccl_dtype,
-                                      nccl_module)
+                                      check_one_gpu_per_rank, nccl_module)
 
 
 class HierarchicalCommunicator(PureNcclCommunicator):
@@ -43,39 +41,23 @@ class HierarchicalCommunicator(PureNcclCommunicator):
                                                     self.intra_rank)
         self._nccl_device = device_id
 
-    def _mean_grads(self, model, entries, stream=None, tag='nccl',
-                    check=True):
-        if backend.get_array_module(entries[0][1].array) is numpy:
-            return super()._mean_grads(model, entries)
-        device = backend.get_device_id(entries[0][1].array)
-        self._init_nccl(device)
-        cupy, nccl = nccl_module()
-        with cupy.cuda.Device(device):
-            stream = stream or cupy.cuda.get_current_stream()
-            rec = timeline.active
-            with stream:
-                if rec:
-                    t = rec.start(sync=True)
-                buf, wire = self._pack_for_wire(model, entries, tag)
-                kind = nccl_dtype(nccl, self._wire_dtype(entries))
-                if rec:
-                    t = t0 = rec.stop('pack', t, wire.nbytes, sync=True)
-                self._nccl_comm.reduce(wire.data.ptr, wire.data.ptr, wire.size,
-                                       kind, nccl.NCCL_SUM, 0, stream.ptr)
-                if rec:
-                    t = rec.stop('reduce', t, wire.nbytes, sync=True)
-                if self.intra_rank == 0 and self.inter_size > 1:
-                    self._inter_node_sum(wire, stream)
-                    if rec:
-                        t = rec.stop('allreduce_inter', t, wire.nbytes)
-                self._nccl_comm.bcast(wire.data.ptr, wire.size, kind, 0,
-                                      stream.ptr)
-                if rec:  # the whole three-stage allreduce, around the others
-                    t = rec.stop('bcast', t, wire.nbytes, sync=True)
-                    rec.stop('allreduce', t0, wire.nbytes)
-                self._unpack_from_wire(entries, buf, wire, check)
-                if rec:
-                    rec.stop('unpack', t, wire.nbytes, sync=True)
+    def _sum_wire(self, nccl, wire, kind, stream, rec, t):
+        """NCCL reduce to the node's first rank, MPI allreduce between the
+        nodes' first ranks, NCCL broadcast back inside each node."""
+        t0 = t
+        self._nccl_comm.reduce(wire.data.ptr, wire.data.ptr, wire.size,
+                               kind, nccl.NCCL_SUM, 0, stream.ptr)
+        if rec:
+            t = rec.stop('reduce', t, wire.nbytes, sync=True)
+        if self.intra_rank == 0 and self.inter_size > 1:
+            self._inter_node_sum(wire, stream)
+            if rec:
+                t = rec.stop('allreduce_inter', t, wire.nbytes)
+        self._nccl_comm.bcast(wire.data.ptr, wire.size, kind, 0, stream.ptr)
+        if rec:  # the whole three-stage allreduce, around the others
+            t = rec.stop('bcast', t, wire.nbytes, sync=True)
+            rec.stop('allreduce', t0, wire.nbytes)
+        return t
 
     def _inter_node_sum(self, wire, stream):
         """Sum ``wire`` over the nodes' first ranks through host memory."""

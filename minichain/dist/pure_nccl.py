@@ -150,20 +150,25 @@ class PureNcclCommunicator(FlatCommunicator):
             stream = stream or cupy.cuda.get_current_stream()
             rec = timeline.active
             with stream:
-                if rec:
-                    t = rec.start(sync=True)
+                t = rec.start(sync=True) if rec else None
                 buf, wire = self._pack_for_wire(model, entries, tag)
                 if rec:
                     t = rec.stop('pack', t, wire.nbytes, sync=True)
-                self._nccl_comm.allReduce(
-                    wire.data.ptr, wire.data.ptr, wire.size,
-                    nccl_dtype(nccl, self._wire_dtype(entries)),
-                    nccl.NCCL_SUM, stream.ptr)
-                if rec:
-                    t = rec.stop('allreduce', t, wire.nbytes, sync=True)
+                kind = nccl_dtype(nccl, self._wire_dtype(entries))
+                t = self._sum_wire(nccl, wire, kind, stream, rec, t)
                 self._unpack_from_wire(entries, buf, wire, check)
                 if rec:
                     rec.stop('unpack', t, wire.nbytes, sync=True)
+
+    def _sum_wire(self, nccl, wire, kind, stream, rec, t):
+        """Sum ``wire`` over all ranks in place (one NCCL allreduce); the
+        hierarchical communicator overrides this step only. Returns the
+        timeline's clock (``t`` is unused when ``rec`` is None)."""
+        self._nccl_comm.allReduce(wire.data.ptr, wire.data.ptr, wire.size,
+                                  kind, nccl.NCCL_SUM, stream.ptr)
+        if rec:
+            t = rec.stop('allreduce', t, wire.nbytes, sync=True)
+        return t
 
     def _wire_dtype(self, entries):
         if self.allreduce_grad_dtype is not None:
