@@ -38,6 +38,8 @@ Geometry = collections.namedtuple(
 _MIN_COLUMNS = 512
 # ... and a col chunk of at most this many bytes, so that it stays in L3.
 _CHUNK_BYTES = 8 << 20
+# conv_grad_w computes gW^T when its product sums at least this many columns.
+_FLIP_MIN_COLUMNS = 4096
 
 
 def conv_outsize(size, k, s, p, cover_all=False, d=1):
@@ -241,15 +243,24 @@ def conv_grad_w(x, gy, g, groups, w_shape):
     n, c = x.shape[:2]
     o = gy.shape[1]
     p = g.oh * g.ow
-    gw = None
+    k = c // groups * g.kh * g.kw
+    # OpenBLAS runs a product faster when the longer side of the result is
+    # its rows: 12-16% for ResNet-50's early layers (gW 64 x 576 over 25,088
+    # columns). Those accumulate gW^T (k, O) and transpose it once at the
+    # end, which pays only while the summed columns dwarf that copy.
+    flip = xp is numpy and o // groups < k and n * p >= _FLIP_MIN_COLUMNS
+    acc = None
     per_image = c * g.kh * g.kw * p * x.dtype.itemsize
     for n0, n1 in _chunks(xp, n, per_image, p):
         col = _col_chunk(x, n0, n1, g).reshape(groups, -1, (n1 - n0) * p)
         gyc = _channel_major(gy, n0, n1, 'gy').reshape(groups, o // groups, -1)
         # gy @ col^T lands in W's layout; BLAS reads col^T in place.
-        part = xp.matmul(gyc, col.transpose(0, 2, 1))
-        gw = part if gw is None else xp.add(gw, part, out=gw)
-    return gw.reshape(w_shape)
+        part = (xp.matmul(col, gyc.transpose(0, 2, 1)) if flip
+                else xp.matmul(gyc, col.transpose(0, 2, 1)))
+        acc = part if acc is None else xp.add(acc, part, out=acc)
+    if flip:
+        acc = numpy.ascontiguousarray(acc.transpose(0, 2, 1))
+    return acc.reshape(w_shape)
 
 
 def _flipped_weight(W, groups):

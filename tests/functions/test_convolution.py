@@ -90,14 +90,18 @@ def _conv(case):
                                                  g)
 
 
-@pytest.fixture(params=[None, (1, 1 << 30), (2, 1 << 30), (3, 1)],
-                ids=['default', 'chunk1', 'chunk2', 'tinybuf'])
+@pytest.fixture(params=[None, (1, 1 << 30, None), (2, 1 << 30, None),
+                        (3, 1, None), (2, 1 << 30, 0)],
+                ids=['default', 'chunk1', 'chunk2', 'tinybuf', 'gw-flipped'])
 def chunking(request, monkeypatch):
-    """Force the CPU GEMM path through one, several and uneven chunks."""
+    """Force the CPU GEMM path through one, several and uneven chunks, and
+    conv_grad_w through its transposed accumulation (gW^T)."""
     if request.param is not None:
-        columns, nbytes = request.param
+        columns, nbytes, flip_min = request.param
         monkeypatch.setattr(_im2col, '_MIN_COLUMNS', columns)
         monkeypatch.setattr(_im2col, '_CHUNK_BYTES', nbytes)
+        if flip_min is not None:
+            monkeypatch.setattr(_im2col, '_FLIP_MIN_COLUMNS', flip_min)
 
 
 @pytest.mark.parametrize('case', CASES, ids=IDS)
