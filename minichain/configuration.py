@@ -10,7 +10,7 @@ import threading
 _DEFAULTS = {
     'enable_backprop': True,   # record the graph during forward
     'train': True,             # dropout on, batch norm uses batch statistics
-    'debug': False,            # check every gradient's shape/dtype and NaNs
+    'debug': False,            # NaN checks; input-value checks that sync a GPU
     'dtype': 'float32',        # default dtype of initializers
 }
 

@@ -1,5 +1,8 @@
 """Losses: softmax_cross_entropy and mean_squared_error."""
+import numpy
+
 from minichain import backend
+from minichain.configuration import config
 from minichain.function_node import FunctionNode
 from minichain.functions import activation as _activation
 from minichain.functions import array as _array
@@ -76,6 +79,15 @@ def softmax_cross_entropy(x, t, ignore_label=-1, reduce='mean'):
             per-sample loss of ``t``'s shape (zero at ignored labels).
     Returns:
         Variable of shape () or ``t.shape``, dtype of ``x``.
+    Raises:
+        TypeError: non-float ``x`` or non-integer ``t``.
+        ValueError: mismatched shapes, an unknown ``reduce``, or a label
+            outside ``[0, C)`` that is not ``ignore_label``. The label check
+            needs the label values on the host: it always runs for NumPy
+            labels, but for CuPy labels only in debug mode
+            (``minichain.config.debug``), so that a training step on the GPU
+            never waits for the device. Without it an out-of-range label on
+            the GPU gives an undefined loss and gradient.
     """
     name = 'softmax_cross_entropy'
     xa, ta = unwrap(x), unwrap(t)
@@ -92,6 +104,17 @@ def softmax_cross_entropy(x, t, ignore_label=-1, reduce='mean'):
             'got t of shape {}'.format(
                 name, xa.shape, xa.shape[:1] + xa.shape[2:] if xa.ndim >= 2
                 else '(undefined)', ta.shape))
+    # Reading a value back from the GPU waits for every queued kernel, so
+    # on CuPy the range check runs in debug mode only (as Chainer's checks
+    # of input values do); on NumPy it is free and always runs.
+    if backend.get_array_module(ta) is numpy or config.debug:
+        _check_label_range(name, xa, ta, ignore_label)
+    return SoftmaxCrossEntropy(ignore_label, reduce).apply((x, t))[0]
+
+
+def _check_label_range(name, xa, ta, ignore_label):
+    """Raise ValueError naming the first label outside ``[0, C)`` that is
+    not ``ignore_label`` (a device sync when ``ta`` lives on the GPU)."""
     n_class = xa.shape[1]
     bad = ((ta < 0) | (ta >= n_class)) & (ta != ignore_label)
     if ta.size and bool(bad.any()):
@@ -100,7 +123,6 @@ def softmax_cross_entropy(x, t, ignore_label=-1, reduce='mean'):
             '{}: label {} is out of range [0, {}) for x of shape {} '
             '(ignore_label={})'.format(name, int(first), n_class, xa.shape,
                                        ignore_label))
-    return SoftmaxCrossEntropy(ignore_label, reduce).apply((x, t))[0]
 
 
 class MeanSquaredError(FunctionNode):

@@ -2,7 +2,8 @@ import numpy
 import pytest
 
 import minichain.functions as F
-from minichain import Variable, backend
+from minichain import Variable, backend, using_config
+from minichain.functions import loss as loss_module
 from minichain.gradient_check import check_backward, check_double_backward
 
 TOL = {numpy.float64: (1e-5, 1e-6, 1e-5), numpy.float32: (1e-2, 5e-3, 1e-2)}
@@ -123,6 +124,33 @@ def test_sce_errors():
         F.softmax_cross_entropy(x, numpy.zeros(4, numpy.int32), reduce='sum')
 
 
+@pytest.mark.parametrize('debug', [False, True])
+def test_sce_label_range_checked_on_numpy_in_any_mode(debug):
+    # On the host the check costs no device sync, so it stays on outside
+    # debug mode too.
+    x = _randn((4, 3))
+    with using_config('debug', debug):
+        with pytest.raises(ValueError,
+                           match=r'softmax_cross_entropy: label 3 is out of '
+                                 r'range \[0, 3\) for x of shape \(4, 3\) '
+                                 r'\(ignore_label=-1\)'):
+            F.softmax_cross_entropy(x, numpy.array([0, 1, 3, 2]))
+
+
+def test_sce_label_range_on_device_only_in_debug(monkeypatch):
+    # Labels that are not NumPy arrays (CuPy's) are checked only in debug
+    # mode. Emulated on the CPU: with the module's ``numpy`` swapped out,
+    # NumPy labels look like device labels. (-2 wraps around in
+    # take_along_axis, so the unchecked forward still runs.)
+    monkeypatch.setattr(loss_module, 'numpy', object())
+    x, t = _randn((4, 3)), numpy.array([0, 1, -2, 2])
+    with using_config('debug', False):
+        F.softmax_cross_entropy(x, t)  # no check, so no sync on a GPU
+    with using_config('debug', True):
+        with pytest.raises(ValueError, match=r'label -2'):
+            F.softmax_cross_entropy(x, t)
+
+
 @pytest.mark.parametrize('dtype', [numpy.float64, numpy.float32])
 def test_mse_forward_backward(dtype):
     eps, atol, rtol = TOL[dtype]
@@ -169,6 +197,10 @@ def test_gpu_matches_cpu(reduce):
                         backend.to_cpu(mse.array)))
     for cpu, gpu in zip(*results):
         numpy.testing.assert_allclose(gpu, cpu, rtol=1e-5, atol=1e-6)
-    with pytest.raises(ValueError, match='label 5'):
-        F.softmax_cross_entropy(backend.to_gpu(x[:, :, 0, 0]),
-                                backend.to_gpu(numpy.array([0, 5])))
+    # On the GPU the label range is checked in debug mode only (it syncs).
+    xg, tg = backend.to_gpu(x[:, :, 0, 0]), backend.to_gpu(numpy.array([0, 5]))
+    with using_config('debug', False):
+        F.softmax_cross_entropy(xg, tg)
+    with using_config('debug', True):
+        with pytest.raises(ValueError, match='label 5'):
+            F.softmax_cross_entropy(xg, tg)
