@@ -116,7 +116,12 @@ class StopOnSignal:
 
 class Progress(extension.Extension):
     """Rank 0's progress bar: loss, accuracy and images per second (tqdm
-    when installed, else a line every ``interval`` iterations)."""
+    when installed, else a line every ``interval`` iterations).
+
+    The smoothed loss and accuracy stay where the model computes them (on
+    the GPU, a CuPy scalar): reading one back waits for every queued kernel,
+    so they come to the host only every ``interval`` iterations, when the
+    text changes."""
 
     priority = extension.PRIORITY_READER
 
@@ -132,26 +137,32 @@ class Progress(extension.Extension):
     def __call__(self, trainer):
         for key in ('main/loss', 'main/accuracy'):
             if key in trainer.observation:
-                v = float(backend.to_cpu(getattr(trainer.observation[key],
-                                                 'array',
-                                                 trainer.observation[key])))
-                self.smooth[key] = 0.9 * self.smooth.get(key, v) + 0.1 * v
+                v = trainer.observation[key]
+                v = getattr(v, 'array', v)
+                old = self.smooth.get(key)
+                self.smooth[key] = v if old is None else 0.9 * old + 0.1 * v
         up = trainer.updater
-        rate = up.images_per_update * len(up.recent) / max(sum(up.recent),
-                                                           1e-9)
-        text = 'loss {:.3f} acc {:.3f} {:.1f} img/s'.format(
-            self.smooth.get('main/loss', float('nan')),
-            self.smooth.get('main/accuracy', float('nan')), rate)
         if self._tqdm is not None:
             if self.bar is None:
                 self.bar = self._tqdm(total=self.total, initial=up.iteration -
                                       1, unit='it', file=sys.stdout,
                                       dynamic_ncols=True)
             self.bar.update(up.iteration - self.bar.n)
-            self.bar.set_postfix_str(text, refresh=False)
+            if up.iteration % self.interval == 0:
+                self.bar.set_postfix_str(self._text(up), refresh=False)
         elif up.iteration % self.interval == 0:
             print('iteration {}/{} epoch {:.2f} {}'.format(
-                up.iteration, self.total, up.epoch_detail, text), flush=True)
+                up.iteration, self.total, up.epoch_detail, self._text(up)),
+                flush=True)
+
+    def _text(self, up):
+        """The postfix; the only place the smoothed values reach the host."""
+        host = {k: float(backend.to_cpu(v)) for k, v in self.smooth.items()}
+        rate = up.images_per_update * len(up.recent) / max(sum(up.recent),
+                                                           1e-9)
+        return 'loss {:.3f} acc {:.3f} {:.1f} img/s'.format(
+            host.get('main/loss', float('nan')),
+            host.get('main/accuracy', float('nan')), rate)
 
     def write(self, text):
         """Print ``text`` above the bar (a stream for PrintReport)."""
