@@ -8,6 +8,12 @@ after a warm-up, images per second, achieved GFLOP/s, the fraction of the
 machine's peak, the peak resident memory, and minichain / PyTorch ratios.
 
     python bench/resnet50_step.py [--steps 5] [--warmup 2] [--peak 232]
+        [--repeat K]
+
+With ``--repeat K`` each framework runs K times, in turns, and the table
+shows the median over the runs (the ratio is the median of the runs'
+ratios, each run's listed): this machine's speed drifts by 10% or more
+between minutes, which a single pair of runs cannot tell from a real gap.
 
 PyTorch is optional: without it the ratios are left out (``make bench``
 installs the CPU build into the bench's own environment).
@@ -160,6 +166,9 @@ def main():
     p.add_argument('--peak', type=float, default=232.0,
                    help="the machine's peak float32 GFLOP/s")
     p.add_argument('--only', choices=['minichain', 'torch'])
+    p.add_argument('--repeat', type=int, default=1,
+                   help='run each framework K times, taking turns; print '
+                        'medians and each run\'s speed ratio')
     p.add_argument('--worker', choices=['minichain', 'torch'],
                    help=argparse.SUPPRESS)
     p.add_argument('--batch', type=int, help=argparse.SUPPRESS)
@@ -178,23 +187,34 @@ def main():
         'framework', 'batch', 'px', 's/step', 'img/s', 'GFLOP/s', 'peak',
         'RSS MiB'))
     for batch, size, stem in CONFIGS:
-        res = {}
+        runs = {name: [] for name in names}
+        # The repeats take turns (minichain, PyTorch, minichain, ...) so that
+        # a slow spell of this shared machine hits both frameworks alike.
+        for _ in range(args.repeat):
+            for name in names:
+                r = spawn(name, batch, size, stem, args)
+                if r is not None:
+                    runs[name].append((float(numpy.median(r['times'])),
+                                       r['peak_rss_mib']))
         for name in names:
-            r = spawn(name, batch, size, stem, args)
-            if r is None:
+            if not runs[name]:
                 continue
-            med = float(numpy.median(r['times']))
+            med = float(numpy.median([t for t, _ in runs[name]]))
+            rss = max(m for _, m in runs[name])
             gflops = step_flops(batch, size, stem) / med / 1e9
-            res[name] = (med, r['peak_rss_mib'])
             print('{:<10} {:>5} {:>4} {:>9.3f} {:>8.2f} {:>8.1f} {:>5.0f}% '
                   '{:>9.0f}'.format(name, batch, size, med, batch / med,
-                                    gflops, 100 * gflops / args.peak,
-                                    r['peak_rss_mib']))
-        if 'minichain' in res and 'torch' in res:
-            (tm, mm), (tt, mt) = res['minichain'], res['torch']
+                                    gflops, 100 * gflops / args.peak, rss))
+        pairs = list(zip(runs.get('minichain', []), runs.get('torch', [])))
+        if pairs:
+            speed = [tt / tm for (tm, _), (tt, _) in pairs]
+            mem = max(mm for (_, mm), _ in pairs) / max(
+                mt for _, (_, mt) in pairs)
+            spread = '' if len(speed) < 2 else ' (runs: {})'.format(
+                ', '.join('{:.2f}'.format(v) for v in speed))
             print('  ratio minichain/PyTorch at batch {} / {} px: speed '
-                  '{:.2f}x, peak memory {:.2f}x'.format(batch, size, tt / tm,
-                                                        mm / mt))
+                  '{:.2f}x{}, peak memory {:.2f}x'.format(
+                      batch, size, float(numpy.median(speed)), spread, mem))
     sys.stdout.flush()
 
 

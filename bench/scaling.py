@@ -20,7 +20,11 @@ a fixed batch per rank, and prints:
   still counts);
 - the 1-minute load average as each run starts: other jobs on the cores
   slow the runs unevenly (PyTorch's threads, which wait for each other, most);
-  ``--repeat K`` runs everything K times in turn and keeps the fastest.
+  ``--repeat K`` runs everything K times in turn and keeps the fastest,
+  then prints each repeat's efficiency and ratio to PyTorch (figures from
+  runs minutes apart) and their medians: the machine's speed drifts by
+  10% or more between minutes, the fastest-of figures can pair a fast
+  spell with a slow one, and the per-repeat figures show the spread.
 
     python bench/scaling.py [--ranks 1,2] [--arch resnet50] [--batch 8]
         [--size 224] [--stem imagenet] [--steps 5] [--warmup 1] [--repeat 1]
@@ -257,25 +261,44 @@ def time_torch(arch, stem, batch, size, steps, warmup, threads, device='cpu'):
 
 
 def measure(args, counts, python, use_torch):
-    """Best-of-``args.repeat`` figures per rank count (and PyTorch's s/step
-    or None); the repeats take turns so that load from other jobs hits
-    every configuration alike."""
-    best, torch_best = {}, None
+    """Best-of-``args.repeat`` figures per rank count, PyTorch's best s/step
+    (or None), and each repeat's own figures; the repeats take turns so that
+    load from other jobs hits every configuration alike."""
+    best, torch_best, history = {}, None, []
     threads = args.torch_threads or max(counts)
     for _ in range(args.repeat):
+        turn = {}
         for n in counts:
             load = os.getloadavg()[0]
             r = summarize(n, args.batch, launch(n, args, python))
             r['load'] = load
+            turn[n] = r['img_s']
             if n not in best or r['step'] < best[n]['step']:
                 best[n] = r
         if use_torch:
             load = os.getloadavg()[0]
             step = time_torch(args.arch, args.stem, max(counts) * args.batch,
                               args.size, args.steps, args.warmup, threads)
+            turn['torch'] = max(counts) * args.batch / step
             if torch_best is None or step < torch_best[0]:
                 torch_best = (step, threads, load)
-    return [best[n] for n in counts], torch_best
+        history.append(turn)
+    return [best[n] for n in counts], torch_best, history
+
+
+def report_repeats(counts, history):
+    """Each repeat's efficiency (and ratio to PyTorch), and their medians."""
+    base, last = counts[0], counts[-1]
+    eff = [t[last] / (last / base * t[base]) for t in history]
+    print('efficiency at {} ranks, repeat by repeat: {} (median {:.1f}%)'
+          .format(last, ', '.join('{:.1f}%'.format(100 * e) for e in eff),
+                  100 * statistics.median(eff)))
+    if all('torch' in t for t in history):
+        ratio = [t[last] / t['torch'] for t in history]
+        print('ratio minichain ({} ranks) / PyTorch, repeat by repeat: {} '
+              '(median {:.2f}x)'.format(
+                  last, ', '.join('{:.2f}x'.format(v) for v in ratio),
+                  statistics.median(ratio)))
 
 
 def report(args, rows, torch_best):
@@ -346,8 +369,10 @@ def main():
     print('ranks run {} and {}'.format(python, mpiexec_for(python)),
           flush=True)
     use_torch = not args.no_torch and have_torch()
-    rows, torch_best = measure(args, counts, python, use_torch)
+    rows, torch_best, history = measure(args, counts, python, use_torch)
     report(args, rows, torch_best)
+    if args.repeat > 1:
+        report_repeats(counts, history)
     if not use_torch and not args.no_torch:
         print('PyTorch is not importable by {}: no comparison (run with '
               '.venv-bench/bin/python, which make bench creates)'
