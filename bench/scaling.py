@@ -50,7 +50,7 @@ import numpy
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 ONE_THREAD = {'OPENBLAS_NUM_THREADS': '1', 'OMP_NUM_THREADS': '1',
-              'MKL_NUM_THREADS': '1'}
+              'MKL_NUM_THREADS': '1', 'MINICHAIN_HOST_THREADS': '1'}
 
 
 # --- the ranks -----------------------------------------------------------
