@@ -6,9 +6,6 @@ memory do not mix) at batch 8 / 224x224 (ImageNet stem) and batch 32 / 32x32
 (small-input stem); the script prints the median step time over several steps
 after a warm-up, images per second, achieved GFLOP/s, the fraction of the
 machine's peak, the peak resident memory, and minichain / PyTorch ratios.
-minichain runs twice: as imported (products on BLAS's threads, elementwise
-passes on one core) and as ``minichain*``, with ``MINICHAIN_HOST_THREADS``
-set to the core count (its own threads split both, BLAS single-threaded).
 
     python bench/resnet50_step.py [--steps 5] [--warmup 2] [--peak 232]
         [--repeat K]
@@ -143,25 +140,11 @@ def worker(args):
     print(json.dumps({'times': times, 'peak_rss_mib': peak_mib}))
 
 
-# minichain* is minichain with its own threads (MINICHAIN_HOST_THREADS set
-# to the core count): products and large elementwise passes split over
-# them, BLAS single-threaded. Plain minichain leaves products to BLAS's
-# threads and runs the elementwise passes on one core.
-CORES = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') \
-    else (os.cpu_count() or 1)
-VARIANTS = {
-    'minichain': ('minichain', {'MINICHAIN_HOST_THREADS': '1'}),
-    'minichain*': ('minichain', {'MINICHAIN_HOST_THREADS': str(CORES)}),
-    'torch': ('torch', {})}
-
-
 def spawn(name, batch, size, stem, args):
-    worker_name, env = VARIANTS[name]
-    cmd = [sys.executable, os.path.abspath(__file__), '--worker', worker_name,
+    cmd = [sys.executable, os.path.abspath(__file__), '--worker', name,
            '--batch', str(batch), '--size', str(size), '--stem', stem,
            '--steps', str(args.steps), '--warmup', str(args.warmup)]
-    out = subprocess.run(cmd, capture_output=True, text=True,
-                         env=dict(os.environ, **env))
+    out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         print('{} failed:\n{}'.format(name, out.stderr[-3000:]))
         return None
@@ -182,7 +165,7 @@ def main():
     p.add_argument('--warmup', type=int, default=2)
     p.add_argument('--peak', type=float, default=232.0,
                    help="the machine's peak float32 GFLOP/s")
-    p.add_argument('--only', choices=sorted(VARIANTS))
+    p.add_argument('--only', choices=['minichain', 'torch'])
     p.add_argument('--repeat', type=int, default=1,
                    help='run each framework K times, taking turns; print '
                         'medians and each run\'s speed ratio')
@@ -194,7 +177,7 @@ def main():
     args = p.parse_args()
     if args.worker:
         return worker(args)
-    names = ['minichain', 'minichain*'] + (['torch'] if have_torch() else [])
+    names = ['minichain'] + (['torch'] if have_torch() else [])
     if args.only:
         names = [args.only]
     if not args.only and 'torch' not in names:
@@ -222,19 +205,16 @@ def main():
             print('{:<10} {:>5} {:>4} {:>9.3f} {:>8.2f} {:>8.1f} {:>5.0f}% '
                   '{:>9.0f}'.format(name, batch, size, med, batch / med,
                                     gflops, 100 * gflops / args.peak, rss))
-        for name in ('minichain', 'minichain*'):
-            pairs = list(zip(runs.get(name, []), runs.get('torch', [])))
-            if not pairs:
-                continue
+        pairs = list(zip(runs.get('minichain', []), runs.get('torch', [])))
+        if pairs:
             speed = [tt / tm for (tm, _), (tt, _) in pairs]
             mem = max(mm for (_, mm), _ in pairs) / max(
                 mt for _, (_, mt) in pairs)
             spread = '' if len(speed) < 2 else ' (runs: {})'.format(
                 ', '.join('{:.2f}'.format(v) for v in speed))
-            print('  ratio {}/PyTorch at batch {} / {} px: speed {:.2f}x{}, '
-                  'peak memory {:.2f}x'.format(
-                      name, batch, size, float(numpy.median(speed)), spread,
-                      mem))
+            print('  ratio minichain/PyTorch at batch {} / {} px: speed '
+                  '{:.2f}x{}, peak memory {:.2f}x'.format(
+                      batch, size, float(numpy.median(speed)), spread, mem))
     sys.stdout.flush()
 
 

@@ -284,40 +284,27 @@ _host_threads = None
 
 
 def host_threads():
-    """How many threads minichain's CPU kernels may use.
+    """How many threads minichain's CPU kernels may use for elementwise work.
 
     The count given to :func:`set_host_threads`, else
-    ``MINICHAIN_HOST_THREADS`` from the environment, else 1. With more than
-    one, large elementwise passes and the convolutions' matrix products run
-    on minichain's own threads, and BLAS is set to one thread (see
-    :func:`set_host_threads`). One is the default so that importing
-    minichain leaves NumPy's BLAS threading as it was; one process that
-    owns a machine runs faster and steadier with the core count (ResNet-50
-    on two cores: ``bench/README.md``).
+    ``MINICHAIN_HOST_THREADS`` from the environment, else 1. One is the
+    default because splitting measured both ways on two cores: a ResNet-50
+    step at batch 8 / 224 ran ~15% faster with 2, at batch 32 / 32 it ran
+    ~50% slower (the split blocks are small there and compete with BLAS's
+    spinning threads).
     """
     global _host_threads
     if _host_threads is None:
         env = os.environ.get('MINICHAIN_HOST_THREADS', '')
-        n = int(env) if env.isdigit() and int(env) > 0 else 1
-        _host_threads = n
-        if n > 1:
-            set_blas_threads(1)
+        _host_threads = int(env) if env.isdigit() and int(env) > 0 else 1
     return _host_threads
 
 
 def set_host_threads(n):
-    """Set :func:`host_threads` (a positive int).
-
-    With ``n > 1`` this also sets BLAS to one thread
-    (:func:`set_blas_threads`): the products are then split over
-    minichain's threads, and BLAS threads on top would oversubscribe the
-    cores. With ``n = 1`` the BLAS setting is left alone.
-    """
+    """Set :func:`host_threads` (a positive int)."""
     global _host_threads
     if (isinstance(n, bool) or not isinstance(n, (int, numpy.integer))
             or n < 1):
         raise ValueError('set_host_threads: n must be a positive int, got '
                          '{!r}'.format(n))
     _host_threads = int(n)
-    if n > 1:
-        set_blas_threads(1)

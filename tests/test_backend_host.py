@@ -54,40 +54,13 @@ def test_set_blas_threads_rejects_bad_counts(n):
 
 
 def test_host_threads_default_and_setter(monkeypatch):
-    blas_before = backend.get_blas_threads()
-    try:
-        monkeypatch.setattr(backend, '_host_threads', None)
-        monkeypatch.delenv('MINICHAIN_HOST_THREADS', raising=False)
-        assert backend.host_threads() == 1
-        monkeypatch.setattr(backend, '_host_threads', None)
-        monkeypatch.setenv('MINICHAIN_HOST_THREADS', '3')
-        assert backend.host_threads() == 3
-        backend.set_host_threads(2)
-        assert backend.host_threads() == 2
-        with pytest.raises(ValueError, match='set_host_threads'):
-            backend.set_host_threads(0)
-    finally:
-        if blas_before is not None:
-            backend.set_blas_threads(blas_before)
-
-
-def test_more_host_threads_take_blas_to_one_thread(monkeypatch):
-    # minichain splits the products itself then; BLAS threads on top of
-    # its own would oversubscribe the cores.
-    before = backend.get_blas_threads()
-    if before is None:
-        pytest.skip('no OpenBLAS/MKL found in this process')
     monkeypatch.setattr(backend, '_host_threads', None)
-    try:
-        backend.set_blas_threads(2)
-        backend.set_host_threads(1)
-        assert backend.get_blas_threads() == 2  # one thread: left alone
-        backend.set_host_threads(2)
-        assert backend.get_blas_threads() == 1
-        backend.set_blas_threads(2)
-        monkeypatch.setattr(backend, '_host_threads', None)
-        monkeypatch.setenv('MINICHAIN_HOST_THREADS', '2')
-        assert backend.host_threads() == 2
-        assert backend.get_blas_threads() == 1
-    finally:
-        backend.set_blas_threads(before)
+    monkeypatch.delenv('MINICHAIN_HOST_THREADS', raising=False)
+    assert backend.host_threads() == 1
+    monkeypatch.setattr(backend, '_host_threads', None)
+    monkeypatch.setenv('MINICHAIN_HOST_THREADS', '3')
+    assert backend.host_threads() == 3
+    backend.set_host_threads(2)
+    assert backend.host_threads() == 2
+    with pytest.raises(ValueError, match='set_host_threads'):
+        backend.set_host_threads(0)

@@ -28,7 +28,6 @@ import numpy
 from numpy.lib.stride_tricks import as_strided
 
 from minichain import backend
-from minichain.functions import _parallel
 
 Geometry = collections.namedtuple(
     'Geometry', 'kh kw sy sx ph pw dy dx h w oh ow')
@@ -220,14 +219,6 @@ def _store_chunk(y, n0, n1, prod):
               prod.reshape(o, b, -1).transpose(1, 0, 2))
 
 
-def _matmul(xp, a, b, out=None):
-    """A product: cuBLAS on the GPU, split over the host threads on the CPU
-    (``_parallel.matmul``; one BLAS call with one host thread)."""
-    if xp is numpy:
-        return _parallel.matmul(a, b, out=out)
-    return xp.matmul(a, b) if out is None else xp.matmul(a, b, out=out)
-
-
 def conv_forward(x, W, g, groups):
     """y = conv(x, W) without bias; x (N, C, h, w), W (O, C/G, kh, kw)."""
     xp = backend.get_array_module(x)
@@ -240,9 +231,9 @@ def conv_forward(x, W, g, groups):
     for n0, n1 in _chunks(xp, n, per_image, p):
         col = _col_chunk(x, n0, n1, g).reshape(groups, -1, (n1 - n0) * p)
         if n1 - n0 == 1:
-            _matmul(xp, w2, col, out=y[n0].reshape(groups, o // groups, p))
+            xp.matmul(w2, col, out=y[n0].reshape(groups, o // groups, p))
         else:
-            _store_chunk(y, n0, n1, _matmul(xp, w2, col))
+            _store_chunk(y, n0, n1, xp.matmul(w2, col))
     return y
 
 
@@ -264,8 +255,8 @@ def conv_grad_w(x, gy, g, groups, w_shape):
         col = _col_chunk(x, n0, n1, g).reshape(groups, -1, (n1 - n0) * p)
         gyc = _channel_major(gy, n0, n1, 'gy').reshape(groups, o // groups, -1)
         # gy @ col^T lands in W's layout; BLAS reads col^T in place.
-        part = (_matmul(xp, col, gyc.transpose(0, 2, 1)) if flip
-                else _matmul(xp, gyc, col.transpose(0, 2, 1)))
+        part = (xp.matmul(col, gyc.transpose(0, 2, 1)) if flip
+                else xp.matmul(gyc, col.transpose(0, 2, 1)))
         acc = part if acc is None else xp.add(acc, part, out=acc)
     if flip:
         acc = numpy.ascontiguousarray(acc.transpose(0, 2, 1))
@@ -305,9 +296,9 @@ def deconv_forward(x, W, g, groups):
             xc = _channel_major(x, n0, n1, 'x').reshape(groups, o // groups,
                                                         -1)
             if n1 - n0 == 1:
-                _matmul(xp, w2t, xc, out=y[n0].reshape(groups, cg, p))
+                xp.matmul(w2t, xc, out=y[n0].reshape(groups, cg, p))
             else:
-                _store_chunk(y, n0, n1, _matmul(xp, w2t, xc))
+                _store_chunk(y, n0, n1, xp.matmul(w2t, xc))
         return y
     fpad = (g.dy * (g.kh - 1) - g.ph, g.dx * (g.kw - 1) - g.pw)
     if g.sy == g.sx == 1 and min(fpad) >= 0 and W.size <= x.size:
@@ -325,7 +316,7 @@ def deconv_forward(x, W, g, groups):
         b = n1 - n0
         xc = _channel_major(x, n0, n1, 'x').reshape(groups, o // groups, -1)
         col = _workspace('col', (groups, cg * g.kh * g.kw, b * p), x.dtype)
-        _parallel.matmul(w2t, xc, out=col)
+        numpy.matmul(w2t, xc, out=col)
         col = col.reshape(c, g.kh, g.kw, b, g.oh, g.ow)
         _col2im_add(y[n0:n1], col.transpose(3, 0, 1, 2, 4, 5), g)
     return y

@@ -1,4 +1,4 @@
-"""Work split over the host's threads: large elementwise passes and products.
+"""Large elementwise NumPy work split over the host's threads.
 
 NumPy runs every ufunc on one core, so on a small machine the elementwise
 part of a training step (batch normalization, ReLU, additions: about a
@@ -9,30 +9,14 @@ the other cores. The thread count is
 :func:`minichain.backend.host_threads` (1 unless set with
 :func:`minichain.backend.set_host_threads` or ``MINICHAIN_HOST_THREADS``;
 see there why). Only NumPy arrays come here; CuPy has its own kernels.
-
-With more than one host thread, the convolutions' matrix products are
-split here too (:func:`matmul`), each part a single-threaded BLAS call:
-``set_host_threads`` then sets BLAS to one thread. Why not leave products
-to BLAS's own threads? On the 2-core development machine a step that
-mixed OpenBLAS-threaded products with serial NumPy passes ran in one of
-two modes, switching between steps of one process: 1.7 s or 2.3 s at
-batch 8 / 224 (2.3 s or 3.8 s at 32 / 32), while OpenBLAS's threads spun
-through every serial pass. Split here, with threads that sleep between
-calls, the same steps stayed at 1.7 s and 2.3-2.4 s.
 """
 import concurrent.futures
 import threading
-
-import numpy
 
 from minichain import backend
 
 # Below this many bytes a block costs less than handing it to a thread.
 _MIN_BYTES = 1 << 20
-# Below this many multiply-adds a product costs less than a thread hand-off.
-_MIN_MACS = 1 << 23
-# Split points of a product are multiples of this (whole SIMD registers).
-_ALIGN = 16
 _lock = threading.Lock()
 _pool = {}
 
@@ -42,7 +26,7 @@ def _executor(workers):
         ex = _pool.get(workers)
         if ex is None:
             ex = concurrent.futures.ThreadPoolExecutor(
-                workers, thread_name_prefix='minichain-host')
+                workers, thread_name_prefix='minichain-elementwise')
             _pool[workers] = ex
         return ex
 
@@ -89,48 +73,4 @@ def elementwise(kernel, out, *arrays):
         return out
     split_rows(lambda s: kernel(out[s], *(a[s] for a in arrays)),
                out.shape[0], out.nbytes * (1 + len(arrays)))
-    return out
-
-
-def matmul(a, b, out=None):
-    """``numpy.matmul(a, b, out=out)``, split over the host threads.
-
-    ``a`` (..., M, K) and ``b`` (..., K, N) with equal leading dimensions
-    (any strides BLAS accepts). With one host thread, or a small product,
-    this is one ``numpy.matmul``. Otherwise the longer of M and N is cut
-    into one part per thread, each written straight into its slice of
-    ``out`` (a column slice of a row-major matrix is still a BLAS operand:
-    only its row stride differs), so the result equals one call's.
-    """
-    workers = backend.host_threads()
-    if (workers < 2 or a.ndim != b.ndim or a.ndim not in (2, 3)
-            or a.shape[:-2] != b.shape[:-2]):
-        return numpy.matmul(a, b) if out is None else numpy.matmul(
-            a, b, out=out)
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    macs = m * k * n * (a.shape[0] if a.ndim == 3 else 1)
-    along_n = n >= m
-    length = n if along_n else m
-    parts = min(workers, macs // _MIN_MACS, length // _ALIGN)
-    if parts < 2:
-        return numpy.matmul(a, b) if out is None else numpy.matmul(
-            a, b, out=out)
-    if out is None:
-        out = numpy.empty(a.shape[:-1] + (n,), numpy.result_type(a, b))
-    cuts = [length * i // parts // _ALIGN * _ALIGN for i in range(parts)]
-    cuts.append(length)
-
-    def part(i):
-        s = slice(cuts[i], cuts[i + 1])
-        if along_n:
-            numpy.matmul(a, b[..., s], out=out[..., s])
-        else:
-            numpy.matmul(a[..., s, :], b, out=out[..., s, :])
-
-    futures = [_executor(parts - 1).submit(part, i) for i in range(1, parts)]
-    try:
-        part(0)
-    finally:
-        for f in futures:
-            f.result()
     return out

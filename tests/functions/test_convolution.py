@@ -5,7 +5,7 @@ import pytest
 
 from minichain import Variable, backend
 import minichain.functions as F
-from minichain.functions import _im2col, _parallel
+from minichain.functions import _im2col
 from minichain.functions.convolution import _convolution_2d_composite
 from minichain.gradient_check import check_backward, check_double_backward
 from tests.functions.cuda_emulation import emulated_cuda  # noqa: F401
@@ -90,25 +90,18 @@ def _conv(case):
                                                  g)
 
 
-@pytest.fixture(params=[None, (1, 1 << 30, None, 1), (2, 1 << 30, None, 1),
-                        (3, 1, None, 1), (2, 1 << 30, 0, 1),
-                        (2, 1 << 30, 0, 2)],
-                ids=['default', 'chunk1', 'chunk2', 'tinybuf', 'gw-flipped',
-                     'threads'])
+@pytest.fixture(params=[None, (1, 1 << 30, None), (2, 1 << 30, None),
+                        (3, 1, None), (2, 1 << 30, 0)],
+                ids=['default', 'chunk1', 'chunk2', 'tinybuf', 'gw-flipped'])
 def chunking(request, monkeypatch):
-    """Force the CPU GEMM path through one, several and uneven chunks,
-    conv_grad_w through its transposed accumulation (gW^T), and every
-    product through its split over two host threads."""
+    """Force the CPU GEMM path through one, several and uneven chunks, and
+    conv_grad_w through its transposed accumulation (gW^T)."""
     if request.param is not None:
-        columns, nbytes, flip_min, threads = request.param
+        columns, nbytes, flip_min = request.param
         monkeypatch.setattr(_im2col, '_MIN_COLUMNS', columns)
         monkeypatch.setattr(_im2col, '_CHUNK_BYTES', nbytes)
         if flip_min is not None:
             monkeypatch.setattr(_im2col, '_FLIP_MIN_COLUMNS', flip_min)
-        if threads > 1:
-            monkeypatch.setattr(backend, '_host_threads', threads)
-            monkeypatch.setattr(_parallel, '_MIN_MACS', 1)
-            monkeypatch.setattr(_parallel, '_ALIGN', 1)
 
 
 @pytest.mark.parametrize('case', CASES, ids=IDS)
