@@ -7,14 +7,7 @@ import pytest
 import minichain
 from minichain import backend, functions as F, links as L, optimizers
 from minichain.optimizer import Hyperparameter
-
-
-class Holder(minichain.Link):
-    def __init__(self, **arrays):
-        super().__init__()
-        with self.init_scope():
-            for name, a in arrays.items():
-                setattr(self, name, minichain.Parameter(numpy.array(a)))
+from tests._holder import Holder
 
 
 ALL = [lambda: optimizers.SGD(lr=0.1),

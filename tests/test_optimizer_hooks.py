@@ -4,16 +4,8 @@ import math
 import numpy
 import pytest
 
-import minichain
 from minichain import functions as F, optimizer_hooks, optimizers
-
-
-class Holder(minichain.Link):
-    def __init__(self, **arrays):
-        super().__init__()
-        with self.init_scope():
-            for name, a in arrays.items():
-                setattr(self, name, minichain.Parameter(numpy.array(a)))
+from tests._holder import Holder
 
 
 def test_weight_decay_adds_rate_times_param():

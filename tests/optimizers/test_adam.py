@@ -4,16 +4,8 @@ import math
 import numpy
 import pytest
 
-import minichain
 from minichain import optimizers
-
-
-class Holder(minichain.Link):
-    def __init__(self, **arrays):
-        super().__init__()
-        with self.init_scope():
-            for name, a in arrays.items():
-                setattr(self, name, minichain.Parameter(numpy.array(a)))
+from tests._holder import Holder
 
 
 def test_first_step_moves_by_alpha():
