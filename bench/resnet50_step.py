@@ -193,19 +193,23 @@ def main():
         for _ in range(args.repeat):
             for name in names:
                 r = spawn(name, batch, size, stem, args)
-                if r is not None:
-                    runs[name].append((float(numpy.median(r['times'])),
-                                       r['peak_rss_mib']))
+                # a failed run keeps its place (None), so that run i of one
+                # framework is still paired with run i of the other
+                runs[name].append(None if r is None else (
+                    float(numpy.median(r['times'])), r['peak_rss_mib']))
         for name in names:
-            if not runs[name]:
+            done = [run for run in runs[name] if run is not None]
+            if not done:
                 continue
-            med = float(numpy.median([t for t, _ in runs[name]]))
-            rss = max(m for _, m in runs[name])
+            med = float(numpy.median([t for t, _ in done]))
+            rss = max(m for _, m in done)
             gflops = step_flops(batch, size, stem) / med / 1e9
             print('{:<10} {:>5} {:>4} {:>9.3f} {:>8.2f} {:>8.1f} {:>5.0f}% '
                   '{:>9.0f}'.format(name, batch, size, med, batch / med,
                                     gflops, 100 * gflops / args.peak, rss))
-        pairs = list(zip(runs.get('minichain', []), runs.get('torch', [])))
+        pairs = [(m, t) for m, t in zip(runs.get('minichain', []),
+                                        runs.get('torch', []))
+                 if m is not None and t is not None]
         if pairs:
             speed = [tt / tm for (tm, _), (tt, _) in pairs]
             mem = max(mm for (_, mm), _ in pairs) / max(
