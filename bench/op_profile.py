@@ -1,0 +1,145 @@
+"""Where a ResNet-50 training step spends its time, op by op, on the CPU.
+
+Every FunctionNode's ``forward`` is timed (the outermost one only, so an op
+that calls another is not counted twice). Backward work shows up under the
+nodes that backward creates: ``Deconvolution2D`` is a convolution's input
+gradient, ``Convolution2DGradW`` its weight gradient, ``*Grad`` the
+gradients of batch normalization, ReLU and pooling. "other" is the rest of
+the step: graph bookkeeping, the MomentumSGD update, Python.
+
+With ``--copies N`` the same profile is then taken with N copies running at
+once, each with one BLAS thread, as N ranks of ``bench/scaling.py`` run
+(without the allreduce): the growth per op shows what the copies compete
+for.
+
+    PYTHONPATH=. python bench/op_profile.py [--batch 8] [--size 224]
+        [--steps 4] [--copies 2]
+"""
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ONE_THREAD = {'OPENBLAS_NUM_THREADS': '1', 'OMP_NUM_THREADS': '1',
+              'MKL_NUM_THREADS': '1', 'MINICHAIN_HOST_THREADS': '1'}
+
+
+def _subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
+
+
+def instrument(seconds):
+    """Wrap every FunctionNode subclass's own forward to add its time."""
+    import minichain.functions  # noqa: F401  (defines every node class)
+    from minichain.function_node import FunctionNode
+    depth = threading.local()
+
+    def wrap(cls, forward):
+        def timed(self, inputs):
+            if getattr(depth, 'n', 0):
+                return forward(self, inputs)
+            depth.n = 1
+            start = time.perf_counter()
+            try:
+                return forward(self, inputs)
+            finally:
+                seconds[cls.__name__] += time.perf_counter() - start
+                depth.n = 0
+        return timed
+
+    for cls in set(_subclasses(FunctionNode)):
+        if 'forward' in cls.__dict__:
+            cls.forward = wrap(cls, cls.__dict__['forward'])
+
+
+def worker(args):
+    """One profiled run; prints a JSON line {op: seconds per step}."""
+    sys.path.insert(0, ROOT)
+    seconds = collections.defaultdict(float)
+    instrument(seconds)
+    from minichain import optimizers
+    from models.resnet import ResNet50, loss_and_accuracy
+    model = ResNet50(1000, stem='imagenet' if args.size > 64 else 'small')
+    opt = optimizers.MomentumSGD(lr=0.01, momentum=0.9).setup(model)
+    rng = numpy.random.default_rng(0)
+    x = rng.standard_normal((args.batch, 3, args.size, args.size),
+                            dtype=numpy.float32)
+    t = rng.integers(0, 1000, args.batch).astype(numpy.int32)
+    opt.update(loss_and_accuracy, model, x, t)  # warm-up: page faults
+    seconds.clear()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        opt.update(loss_and_accuracy, model, x, t)
+    total = (time.perf_counter() - start) / args.steps
+    per_step = {k: v / args.steps for k, v in seconds.items()}
+    per_step['other'] = total - sum(per_step.values())
+    per_step['total'] = total
+    print(json.dumps(per_step))
+
+
+def run_copies(args, copies):
+    """Start ``copies`` workers at once; return their profiles."""
+    cmd = [sys.executable, os.path.abspath(__file__), '--worker',
+           '--batch', str(args.batch), '--size', str(args.size),
+           '--steps', str(args.steps)]
+    env = dict(os.environ, **ONE_THREAD)
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+             for _ in range(copies)]
+    outs = [p.communicate()[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise SystemExit('op_profile.py: a worker failed (exit {})'.format(
+            [p.returncode for p in procs]))
+    return [json.loads(o.strip().splitlines()[-1]) for o in outs]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--batch', type=int, default=8)
+    p.add_argument('--size', type=int, default=224)
+    p.add_argument('--steps', type=int, default=4, help='timed steps')
+    p.add_argument('--copies', type=int, default=2,
+                   help='also profile this many copies at once (1: skip)')
+    p.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        return worker(args)
+    alone = run_copies(args, 1)[0]
+    cols = [('1 copy', alone)]
+    if args.copies > 1:
+        many = run_copies(args, args.copies)
+        mean = {k: sum(m.get(k, 0.0) for m in many) / len(many)
+                for k in alone}
+        cols.append(('{} copies'.format(args.copies), mean))
+    print('ResNet-50, batch {}, {} px, one BLAS thread; seconds per step '
+          '(mean of {} steps after a warm-up)'.format(args.batch, args.size,
+                                                      args.steps))
+    print('{:<28}'.format('op') + ''.join('{:>10}'.format(c) for c, _ in cols)
+          + ('   growth' if len(cols) > 1 else ''))
+    ops = [k for k in alone if k not in ('other', 'total')]
+    small = [k for k in ops if alone[k] < 0.001]
+    for _, col in cols:  # ops under a millisecond share one row
+        col['ops under 1 ms ({})'.format(len(small))] = sum(
+            col.get(k, 0.0) for k in small)
+    order = sorted((k for k in ops if k not in small),
+                   key=lambda k: -alone[k])
+    order += [k for k in alone if k.startswith('ops under')]
+    order += ['other', 'total']
+    for k in order:
+        row = '{:<28}'.format(k) + ''.join(
+            '{:>10.3f}'.format(c[k]) for _, c in cols)
+        if len(cols) > 1 and alone[k] > 0.005:
+            row += '   {:+5.0f}%'.format(100 * (cols[1][1][k] / alone[k] - 1))
+        print(row)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,27 @@
+"""bench/op_profile.py: one profiled worker run, its op names and its sums."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_worker_accounts_for_the_whole_step():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / 'bench' / 'op_profile.py'), '--worker',
+         '--batch', '1', '--size', '32', '--steps', '1'],
+        capture_output=True, text=True, check=True, timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS='1'))
+    prof = json.loads(out.stdout.strip().splitlines()[-1])
+    # a convolution's forward, input gradient and weight gradient, each once
+    for op in ('Convolution2D', 'Deconvolution2D', 'Convolution2DGradW',
+               'BatchNormalization', 'BatchNormalizationGrad', 'ReLUGrad'):
+        assert prof[op] > 0, op
+    # outermost forwards only: the ops and "other" add up to the step
+    ops = sum(v for k, v in prof.items() if k not in ('other', 'total'))
+    assert prof['other'] >= 0
+    assert ops + prof['other'] == pytest.approx(prof['total'])
