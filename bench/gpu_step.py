@@ -64,7 +64,7 @@ def time_minichain(args):
 def time_pytorch(args):
     """(median s/step, peak MiB allocated by PyTorch or 0 on the CPU)."""
     import torch
-    from scaling import time_torch
+    from _torch_models import time_torch
     device = 'cpu'
     if args.device == 'gpu':
         device = 'cuda:0'

@@ -1,34 +1,36 @@
 """Time one ResNet-50 training step on the CPU: minichain next to PyTorch.
 
 A step is forward + softmax cross-entropy + backward + MomentumSGD update in
-float32. Each framework runs in its own subprocess (so thread pools and peak
-memory do not mix) at batch 8 / 224x224 (ImageNet stem) and batch 32 / 32x32
-(small-input stem); the script prints the median step time over several steps
-after a warm-up, images per second, achieved GFLOP/s, the fraction of the
-machine's peak, the peak resident memory, and minichain / PyTorch ratios.
+float32. Each framework runs in its own worker process (so thread pools and
+peak memory do not mix) at batch 8 / 224x224 (ImageNet stem) and batch 32 /
+32x32 (small-input stem). The two workers warm up, then take turns, one step
+each (``_interleave.py`` says why): every minichain step has a PyTorch step
+seconds away, and the speed ratio is the median over those pairs. The script
+prints the median step time, images per second, achieved GFLOP/s, the
+fraction of the machine's peak, the peak resident memory, and the ratios.
 
     python bench/resnet50_step.py [--steps 5] [--warmup 2] [--peak 232]
-        [--repeat K]
+        [--repeat K] [--config 8x224:imagenet ...]
 
-With ``--repeat K`` each framework runs K times, in turns, and the table
-shows the median over the runs (the ratio is the median of the runs'
-ratios, each run's listed): this machine's speed drifts by 10% or more
-between minutes, which a single pair of runs cannot tell from a real gap.
+With ``--repeat K`` the pair of workers is started K times (each run's own
+median ratio is listed next to the median over all pairs).
 
 PyTorch is optional: without it the ratios are left out (``make bench``
 installs the CPU build into the bench's own environment).
 """
 import argparse
-import json
 import os
 import resource
-import subprocess
 import sys
 import time
 
 import numpy
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import _interleave  # noqa: E402
+import _torch_models  # noqa: E402
+
 ROOT = os.path.dirname(HERE)
 CONFIGS = [(8, 224, 'imagenet'), (32, 32, 'small')]
 
@@ -44,7 +46,7 @@ def conv_macs(batch, size, stem, counts=(3, 4, 6, 3), n_classes=1000):
         return ho
 
     h = conv(size, 3, 64, 7, 2, 3) if stem == 'imagenet' else \
-        conv(size, 3, 64, 3, 1, 1)
+        conv(size, 3, 64, 3, 2 if stem == 'small2' else 1, 1)
     if stem == 'imagenet':
         h = (h + 2 - 3) // 2 + 1
     cin = 64
@@ -65,7 +67,8 @@ def step_flops(batch, size, stem):
     return 3 * 2 * conv_macs(batch, size, stem)
 
 
-def run_minichain(batch, size, stem, steps, warmup):
+def minichain_step(batch, size, stem):
+    """A function running one minichain training step; returns its seconds."""
     sys.path.insert(0, ROOT)
     from minichain import optimizers
     from models.resnet import ResNet50, loss_and_accuracy
@@ -74,101 +77,84 @@ def run_minichain(batch, size, stem, steps, warmup):
     rng = numpy.random.default_rng(0)
     x = rng.standard_normal((batch, 3, size, size), dtype=numpy.float32)
     t = rng.integers(0, 1000, batch).astype(numpy.int32)
-    times = []
-    for i in range(warmup + steps):
+
+    def step():
         start = time.perf_counter()
         opt.update(loss_and_accuracy, model, x, t)
-        times.append(time.perf_counter() - start)
-    return times[warmup:]
+        return time.perf_counter() - start
+    return step
 
 
-def run_torch(batch, size, stem, steps, warmup):
-    import torch
-    from torch import nn
-    torch.manual_seed(0)
-
-    class Block(nn.Module):
-        def __init__(self, cin, mid, s):
-            super().__init__()
-            self.body = nn.Sequential(
-                nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid),
-                nn.ReLU(inplace=True),
-                nn.Conv2d(mid, mid, 3, s, 1, bias=False), nn.BatchNorm2d(mid),
-                nn.ReLU(inplace=True),
-                nn.Conv2d(mid, mid * 4, 1, bias=False), nn.BatchNorm2d(mid * 4))
-            self.proj = None
-            if s != 1 or cin != mid * 4:
-                self.proj = nn.Sequential(
-                    nn.Conv2d(cin, mid * 4, 1, s, bias=False),
-                    nn.BatchNorm2d(mid * 4))
-
-        def forward(self, x):
-            sc = x if self.proj is None else self.proj(x)
-            return torch.relu(self.body(x) + sc)
-
-    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False) if stem == 'imagenet'
-              else nn.Conv2d(3, 64, 3, 1, 1, bias=False),
-              nn.BatchNorm2d(64), nn.ReLU(inplace=True)]
-    if stem == 'imagenet':
-        layers.append(nn.MaxPool2d(3, 2, 1))
-    cin = 64
-    for i, (n, mid) in enumerate(zip((3, 4, 6, 3), (64, 128, 256, 512))):
-        for j in range(n):
-            layers.append(Block(cin, mid, 2 if (i > 0 and j == 0) else 1))
-            cin = mid * 4
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 1000)]
-    model = nn.Sequential(*layers)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(batch, 3, size, size)
-    t = torch.randint(0, 1000, (batch,))
-    lossf = nn.CrossEntropyLoss()
-    times = []
-    for i in range(warmup + steps):
-        start = time.perf_counter()
-        opt.zero_grad()
-        loss = lossf(model(x), t)
-        loss.backward()
-        opt.step()
-        times.append(time.perf_counter() - start)
-    return times[warmup:]
+def torch_step(batch, size, stem):
+    """A function running one PyTorch training step; returns its seconds."""
+    return _torch_models.torch_step('resnet50', stem, batch, size,
+                                    os.cpu_count() or 1)
 
 
 def worker(args):
-    run = run_minichain if args.worker == 'minichain' else run_torch
-    times = run(args.batch, args.size, args.stem, args.steps, args.warmup)
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(json.dumps({'times': times, 'peak_rss_mib': peak_mib}))
+    make = minichain_step if args.worker == 'minichain' else torch_step
+    _interleave.serve(make(args.batch, args.size, args.stem), args.warmup,
+                      lambda: {'peak_rss_mib': resource.getrusage(
+                          resource.RUSAGE_SELF).ru_maxrss / 1024.0})
 
 
-def spawn(name, batch, size, stem, args):
+def start(name, batch, size, stem, args):
+    """A warmed-up worker process for framework ``name``."""
     cmd = [sys.executable, os.path.abspath(__file__), '--worker', name,
            '--batch', str(batch), '--size', str(size), '--stem', stem,
-           '--steps', str(args.steps), '--warmup', str(args.warmup)]
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode != 0:
-        print('{} failed:\n{}'.format(name, out.stderr[-3000:]))
-        return None
-    return json.loads(out.stdout.strip().splitlines()[-1])
+           '--warmup', str(args.warmup)]
+    return _interleave.Worker(name, cmd, timeout=args.timeout)
 
 
-def have_torch():
+def run_pair(names, batch, size, stem, args):
+    """Start the workers one after the other, let them take turns for
+    ``args.steps`` rounds; returns (rounds, {name: peak RSS MiB})."""
+    workers = []
     try:
-        import torch  # noqa: F401
-        return True
-    except ImportError:
-        return False
+        for name in names:
+            workers.append(start(name, batch, size, stem, args))
+        rounds = _interleave.take_turns(workers, args.steps, args.gap)
+        rss = {w.name: w.finish()['peak_rss_mib'] for w in workers}
+    finally:
+        for w in workers:
+            w.close()
+    return rounds, rss
+
+
+def parse_config(text):
+    """'8x224:imagenet' -> (8, 224, 'imagenet')."""
+    try:
+        shape, stem = text.split(':')
+        batch, size = (int(v) for v in shape.split('x'))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            'resnet50_step: --config wants BATCHxSIZE:STEM, e.g. '
+            '8x224:imagenet, got {!r}'.format(text)) from None
+    if stem not in ('imagenet', 'small', 'small2') or batch < 1 or size < 8:
+        raise argparse.ArgumentTypeError(
+            'resnet50_step: bad --config {!r} (stem imagenet, small or '
+            'small2; batch >= 1; size >= 8)'.format(text))
+    return batch, size, stem
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--steps', type=int, default=5)
+    p.add_argument('--steps', type=int, default=5,
+                   help='timed steps (rounds of turns) per run')
     p.add_argument('--warmup', type=int, default=2)
     p.add_argument('--peak', type=float, default=232.0,
                    help="the machine's peak float32 GFLOP/s")
     p.add_argument('--only', choices=['minichain', 'torch'])
     p.add_argument('--repeat', type=int, default=1,
-                   help='run each framework K times, taking turns; print '
-                        'medians and each run\'s speed ratio')
+                   help='start the workers K times; print every run\'s '
+                        'median ratio and the median over all pairs')
+    p.add_argument('--config', type=parse_config, action='append',
+                   help='BATCHxSIZE:STEM (repeatable; default 8x224:imagenet'
+                        ' and 32x32:small)')
+    p.add_argument('--gap', type=float, default=0.3,
+                   help='seconds of pause before each step')
+    p.add_argument('--timeout', type=float, default=900,
+                   help='seconds to wait for any one answer of a worker')
     p.add_argument('--worker', choices=['minichain', 'torch'],
                    help=argparse.SUPPRESS)
     p.add_argument('--batch', type=int, help=argparse.SUPPRESS)
@@ -177,7 +163,7 @@ def main():
     args = p.parse_args()
     if args.worker:
         return worker(args)
-    names = ['minichain'] + (['torch'] if have_torch() else [])
+    names = ['minichain'] + (['torch'] if _torch_models.have_torch() else [])
     if args.only:
         names = [args.only]
     if not args.only and 'torch' not in names:
@@ -186,40 +172,38 @@ def main():
     print('{:<10} {:>5} {:>4} {:>9} {:>8} {:>8} {:>6} {:>9}'.format(
         'framework', 'batch', 'px', 's/step', 'img/s', 'GFLOP/s', 'peak',
         'RSS MiB'))
-    for batch, size, stem in CONFIGS:
-        runs = {name: [] for name in names}
-        # The repeats take turns (minichain, PyTorch, minichain, ...) so that
-        # a slow spell of this shared machine hits both frameworks alike.
-        for _ in range(args.repeat):
-            for name in names:
-                r = spawn(name, batch, size, stem, args)
-                # a failed run keeps its place (None), so that run i of one
-                # framework is still paired with run i of the other
-                runs[name].append(None if r is None else (
-                    float(numpy.median(r['times'])), r['peak_rss_mib']))
-        for name in names:
-            done = [run for run in runs[name] if run is not None]
-            if not done:
-                continue
-            med = float(numpy.median([t for t, _ in done]))
-            rss = max(m for _, m in done)
-            gflops = step_flops(batch, size, stem) / med / 1e9
-            print('{:<10} {:>5} {:>4} {:>9.3f} {:>8.2f} {:>8.1f} {:>5.0f}% '
-                  '{:>9.0f}'.format(name, batch, size, med, batch / med,
-                                    gflops, 100 * gflops / args.peak, rss))
-        pairs = [(m, t) for m, t in zip(runs.get('minichain', []),
-                                        runs.get('torch', []))
-                 if m is not None and t is not None]
-        if pairs:
-            speed = [tt / tm for (tm, _), (tt, _) in pairs]
-            mem = max(mm for (_, mm), _ in pairs) / max(
-                mt for _, (_, mt) in pairs)
-            spread = '' if len(speed) < 2 else ' (runs: {})'.format(
-                ', '.join('{:.2f}'.format(v) for v in speed))
-            print('  ratio minichain/PyTorch at batch {} / {} px: speed '
-                  '{:.2f}x{}, peak memory {:.2f}x'.format(
-                      batch, size, float(numpy.median(speed)), spread, mem))
+    for batch, size, stem in args.config or CONFIGS:
+        runs = [run_pair(names, batch, size, stem, args)
+                for _ in range(args.repeat)]
+        report(names, batch, size, stem, runs, args.peak)
     sys.stdout.flush()
+
+
+def report(names, batch, size, stem, runs, peak):
+    """Print one config's rows and its ratio line; returns the pair ratios
+    (PyTorch's step time / minichain's, one per round) or None."""
+    for name in names:
+        med = float(numpy.median([r[name] for rounds, _ in runs
+                                  for r in rounds]))
+        rss = max(mem[name] for _, mem in runs)
+        gflops = step_flops(batch, size, stem) / med / 1e9
+        print('{:<10} {:>5} {:>4} {:>9.3f} {:>8.2f} {:>8.1f} {:>5.0f}% '
+              '{:>9.0f}'.format(name, batch, size, med, batch / med, gflops,
+                                100 * gflops / peak, rss))
+    if names != ['minichain', 'torch']:
+        return None
+    per_run = [[r['torch'] / r['minichain'] for r in rounds]
+               for rounds, _ in runs]
+    pairs = [v for run in per_run for v in run]
+    mem = (max(m['minichain'] for _, m in runs)
+           / max(m['torch'] for _, m in runs))
+    spread = '' if len(runs) < 2 else '; per run {}'.format(', '.join(
+        '{:.2f}'.format(float(numpy.median(run))) for run in per_run))
+    print('  ratio minichain/PyTorch at batch {} / {} px: speed {:.2f}x '
+          '(median of {} step pairs, {:.2f}-{:.2f}{}), peak memory {:.2f}x'
+          .format(batch, size, float(numpy.median(pairs)), len(pairs),
+                  min(pairs), max(pairs), spread, mem))
+    return pairs
 
 
 if __name__ == '__main__':

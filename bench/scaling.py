@@ -5,7 +5,7 @@ backward, gradient averaging, MomentumSGD; float32) under ``mpiexec -n 1``
 and ``mpiexec -n 2`` (it launches them itself), one BLAS thread per rank,
 a fixed batch per rank, and prints:
 
-- seconds per step (the slowest rank's, median over the timed steps) and
+- seconds per step (the slowest rank's, median over all timed steps) and
   images per second for each rank count;
 - weak-scaling efficiency = throughput(N) / (N x throughput(1));
 - the share of a step spent in ``comm.multi_node_mean_grad``, split into
@@ -20,11 +20,14 @@ a fixed batch per rank, and prints:
   still counts);
 - the 1-minute load average as each run starts: other jobs on the cores
   slow the runs unevenly (PyTorch's threads, which wait for each other, most);
-  ``--repeat K`` runs everything K times in turn and keeps the fastest,
-  then prints each repeat's efficiency and ratio to PyTorch (figures from
-  runs minutes apart) and their medians: the machine's speed drifts by
-  10% or more between minutes, the fastest-of figures can pair a fast
-  spell with a slow one, and the per-repeat figures show the spread.
+- round by round, the efficiency and the ratio to PyTorch, and their
+  medians: the headline figures.
+
+Every configuration (each rank count, PyTorch) is a live worker that warms
+up once and then takes one step per round, in turns (``_interleave.py``):
+the steps of one round are seconds apart, so that the machine's drift (10%
+or more between minutes here) hits every configuration of a round alike.
+``--repeat K`` starts fresh workers K times and pools their rounds.
 
     python bench/scaling.py [--ranks 1,2] [--arch resnet50] [--batch 8]
         [--size 224] [--stem imagenet] [--steps 5] [--warmup 1] [--repeat 1]
@@ -35,11 +38,9 @@ the project's .venv Python instead (its mpiexec too), with this source
 tree on PYTHONPATH.
 """
 import argparse
-import json
 import os
 import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -49,6 +50,9 @@ import numpy
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import _interleave  # noqa: E402
+from _torch_models import have_torch, torch_step  # noqa: E402
 ONE_THREAD = {'OPENBLAS_NUM_THREADS': '1', 'OMP_NUM_THREADS': '1',
               'MKL_NUM_THREADS': '1', 'MINICHAIN_HOST_THREADS': '1'}
 
@@ -77,6 +81,7 @@ def run_rank(args):
     """One rank: time ``args.warmup + args.steps`` data-parallel steps;
     rank 0 prints the JSON summary of every rank's timings."""
     sys.path.insert(0, ROOT)
+    from mpi4py import MPI
     from minichain import dist, optimizers
     from models.resnet import ResNet, loss_and_accuracy
     comm = dist.create_communicator(args.communicator)
@@ -90,22 +95,36 @@ def run_rank(args):
     opt.update(loss_and_accuracy, model, x, t)  # broadcasts only
     timer = _TimedComm(comm)
     steps, cpu = [], []
-    for _ in range(args.warmup + args.steps):
+
+    def step():
         comm.mpi_comm.Barrier()
         t0, c0 = time.perf_counter(), time.process_time()
         opt.update(loss_and_accuracy, model, x, t)
         steps.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-    n = args.warmup
-    mine = {'step': steps[n:], 'cpu': cpu[n:], 'wait': timer.wait[n:],
-            'mean': timer.mean[n:],
-            'rss_mib': resource.getrusage(
-                resource.RUSAGE_SELF).ru_maxrss / 1024.0}
-    ranks = comm.mpi_comm.gather(mine, root=0)
-    if comm.rank == 0:
+        return comm.mpi_comm.allreduce(steps[-1], op=MPI.MAX)
+
+    def finish():
+        n = args.warmup
+        mine = {'step': steps[n:], 'cpu': cpu[n:], 'wait': timer.wait[n:],
+                'mean': timer.mean[n:],
+                'rss_mib': resource.getrusage(
+                    resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+        ranks = comm.mpi_comm.gather(mine, root=0)
         grad_bytes = sum(p.grad.nbytes for p in model.params())
-        print('RESULT ' + json.dumps({'ranks': ranks,
-                                      'grad_bytes': grad_bytes}))
+        return {'ranks': ranks, 'grad_bytes': grad_bytes}
+
+    _interleave.serve(step, args.warmup, finish, rank=comm.rank)
+
+
+def run_torch_worker(args):
+    """PyTorch in one process with ``args.torch_threads`` threads, serving
+    steps on the global batch of the largest rank count."""
+    step = torch_step(args.arch, args.stem, args.batch, args.size,
+                      args.torch_threads)
+    _interleave.serve(step, args.warmup, lambda: {
+        'rss_mib': resource.getrusage(
+            resource.RUSAGE_SELF).ru_maxrss / 1024.0})
 
 
 # --- the driver ----------------------------------------------------------
@@ -137,30 +156,25 @@ def mpiexec_for(python):
 
 
 def launch(n, args, python):
-    """Run ``n`` ranks; returns the rank-0 summary dict."""
+    """A warmed-up MPI job of ``n`` ranks serving steps (a Worker)."""
     env = dict(os.environ, **ONE_THREAD)
     env['PYTHONPATH'] = os.pathsep.join(
         [ROOT] + [p for p in [env.get('PYTHONPATH')] if p])
     cmd = [mpiexec_for(python), '-n', str(n), python, os.path.abspath(
         __file__), '--rank', '--arch', args.arch, '--batch', str(args.batch),
-        '--size', str(args.size), '--stem', args.stem, '--steps',
-        str(args.steps), '--warmup', str(args.warmup), '--communicator',
-        args.communicator]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True, text=True)
-    try:
-        out, _ = proc.communicate(timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise SystemExit('scaling.py: {} ranks did not finish within {} s'
-                         .format(n, args.timeout))
-    results = [ln for ln in out.splitlines() if ln.startswith('RESULT ')]
-    if proc.returncode != 0 or not results:
-        raise SystemExit('scaling.py: mpiexec -n {} failed (exit {}):\n{}'
-                         .format(n, proc.returncode, out[-4000:]))
-    return json.loads(results[-1][len('RESULT '):])
+        '--size', str(args.size), '--stem', args.stem, '--warmup',
+        str(args.warmup), '--communicator', args.communicator]
+    return _interleave.Worker(n, cmd, ranks=n, env=env,
+                              timeout=args.timeout)
+
+
+def launch_torch(args, batch, threads):
+    """A warmed-up PyTorch worker on ``batch`` images with ``threads``."""
+    cmd = [sys.executable, os.path.abspath(__file__), '--torch-worker',
+           '--arch', args.arch, '--batch', str(batch), '--size',
+           str(args.size), '--stem', args.stem, '--warmup', str(args.warmup),
+           '--torch-threads', str(threads)]
+    return _interleave.Worker('torch', cmd, timeout=args.timeout)
 
 
 def summarize(n, batch, res):
@@ -183,125 +197,79 @@ def summarize(n, batch, res):
             'grad_bytes': res['grad_bytes']}
 
 
-def have_torch():
-    try:
-        import torch  # noqa: F401
-        return True
-    except ImportError:
-        return False
-
-
-def torch_resnet(arch='resnet50', stem='imagenet', n_classes=1000):
-    """The network of models/resnet.py in PyTorch (same layers and shapes)."""
-    import torch
-    from torch import nn
-    sys.path.insert(0, ROOT)
-    from models.resnet import ARCHS
-    kind, counts = ARCHS[arch]
-    expansion = 4 if kind == 'bottleneck' else 1
-
-    def conv_bn(cin, cout, k, s=1, p=0):
-        return [nn.Conv2d(cin, cout, k, s, p, bias=False),
-                nn.BatchNorm2d(cout)]
-
-    class Block(nn.Module):
-        def __init__(self, cin, mid, s):
-            super().__init__()
-            out = mid * expansion
-            if kind == 'bottleneck':
-                body = (conv_bn(cin, mid, 1) + [nn.ReLU(inplace=True)]
-                        + conv_bn(mid, mid, 3, s, 1) + [nn.ReLU(inplace=True)]
-                        + conv_bn(mid, out, 1))
-            else:
-                body = (conv_bn(cin, mid, 3, s, 1) + [nn.ReLU(inplace=True)]
-                        + conv_bn(mid, out, 3, 1, 1))
-            self.body = nn.Sequential(*body)
-            self.proj = (nn.Sequential(*conv_bn(cin, out, 1, s))
-                         if s != 1 or cin != out else None)
-
-        def forward(self, x):
-            sc = x if self.proj is None else self.proj(x)
-            return torch.relu(self.body(x) + sc)
-
-    if stem == 'imagenet':
-        layers = conv_bn(3, 64, 7, 2, 3) + [nn.ReLU(inplace=True),
-                                            nn.MaxPool2d(3, 2, 1)]
-    else:
-        layers = conv_bn(3, 64, 3, 1 if stem == 'small' else 2, 1) + [
-            nn.ReLU(inplace=True)]
-    cin = 64
-    for i, (n, mid) in enumerate(zip(counts, (64, 128, 256, 512))):
-        for j in range(n):
-            layers.append(Block(cin, mid, 2 if (i > 0 and j == 0) else 1))
-            cin = mid * expansion
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, n_classes)]
-    return nn.Sequential(*layers)
-
-
-def time_torch(arch, stem, batch, size, steps, warmup, threads, device='cpu'):
-    """Median seconds per PyTorch step (forward, loss, backward, SGD)."""
-    import torch
-    torch.manual_seed(0)
-    torch.set_num_threads(threads)
-    model = torch_resnet(arch, stem).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(batch, 3, size, size, device=device)
-    t = torch.randint(0, 1000, (batch,), device=device)
-    lossf = torch.nn.CrossEntropyLoss()
-    times = []
-    for _ in range(warmup + steps):
-        start = time.perf_counter()
-        opt.zero_grad()
-        lossf(model(x), t).backward()
-        opt.step()
-        if device != 'cpu':
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[warmup:])
-
-
 def measure(args, counts, python, use_torch):
-    """Best-of-``args.repeat`` figures per rank count, PyTorch's best s/step
-    (or None), and each repeat's own figures; the repeats take turns so that
-    load from other jobs hits every configuration alike."""
-    best, torch_best, history = {}, None, []
+    """Run every configuration as a live worker, ``args.steps`` rounds of
+    one step each, ``args.repeat`` times (fresh workers each time).
+
+    Returns:
+        (rows, torch_row, rounds): a summary per rank count over all timed
+        steps, PyTorch's ``(median s/step, threads, peak MiB)`` or None, and
+        each round's images per second by configuration ({n: ..., 'torch':
+        ...}): the figures of one round are seconds apart.
+    """
     threads = args.torch_threads or max(counts)
+    gbatch = max(counts) * args.batch
+    merged, torch_times, torch_rss, rounds = {}, [], 0.0, []
     for _ in range(args.repeat):
-        turn = {}
+        load = os.getloadavg()[0]
+        workers = []
+        try:
+            for n in counts:
+                workers.append(launch(n, args, python))
+            if use_torch:
+                workers.append(launch_torch(args, gbatch, threads))
+            turns = _interleave.take_turns(workers, args.steps, args.gap)
+            results = {w.name: w.finish() for w in workers}
+        finally:
+            for w in workers:
+                w.close()
         for n in counts:
-            load = os.getloadavg()[0]
-            r = summarize(n, args.batch, launch(n, args, python))
-            r['load'] = load
-            turn[n] = r['img_s']
-            if n not in best or r['step'] < best[n]['step']:
-                best[n] = r
+            _merge(merged, n, results[n], load)
         if use_torch:
-            load = os.getloadavg()[0]
-            step = time_torch(args.arch, args.stem, max(counts) * args.batch,
-                              args.size, args.steps, args.warmup, threads)
-            turn['torch'] = max(counts) * args.batch / step
-            if torch_best is None or step < torch_best[0]:
-                torch_best = (step, threads, load)
-        history.append(turn)
-    return [best[n] for n in counts], torch_best, history
+            torch_times += [t['torch'] for t in turns]
+            torch_rss = max(torch_rss, results['torch']['rss_mib'])
+        for t in turns:
+            rounds.append({k: (gbatch if k == 'torch' else k * args.batch) / v
+                           for k, v in t.items()})
+    rows = [dict(summarize(n, args.batch, merged[n]), load=merged[n]['load'])
+            for n in counts]
+    torch_row = ((statistics.median(torch_times), threads, torch_rss)
+                 if use_torch else None)
+    return rows, torch_row, rounds
 
 
-def report_repeats(counts, history):
-    """Each repeat's efficiency (and ratio to PyTorch), and their medians."""
+def _merge(merged, n, res, load):
+    """Append one run's per-rank timings to those of earlier runs."""
+    if n not in merged:
+        merged[n] = dict(res, load=load)
+        return
+    for mine, new in zip(merged[n]['ranks'], res['ranks']):
+        for key in ('step', 'cpu', 'wait', 'mean'):
+            mine[key] = mine[key] + new[key]
+        mine['rss_mib'] = max(mine['rss_mib'], new['rss_mib'])
+    merged[n]['load'] = max(merged[n]['load'], load)
+
+
+def report_rounds(counts, rounds):
+    """Each round's efficiency (and ratio to PyTorch), and their medians."""
     base, last = counts[0], counts[-1]
-    eff = [t[last] / (last / base * t[base]) for t in history]
-    print('efficiency at {} ranks, repeat by repeat: {} (median {:.1f}%)'
-          .format(last, ', '.join('{:.1f}%'.format(100 * e) for e in eff),
-                  100 * statistics.median(eff)))
-    if all('torch' in t for t in history):
-        ratio = [t[last] / t['torch'] for t in history]
-        print('ratio minichain ({} ranks) / PyTorch, repeat by repeat: {} '
-              '(median {:.2f}x)'.format(
-                  last, ', '.join('{:.2f}x'.format(v) for v in ratio),
-                  statistics.median(ratio)))
+
+    def line(values, fmt):
+        return '{} (median {}, {}-{})'.format(
+            ', '.join(fmt.format(v) for v in values),
+            fmt.format(statistics.median(values)), fmt.format(min(values)),
+            fmt.format(max(values)))
+
+    eff = [100 * t[last] / (last / base * t[base]) for t in rounds]
+    print('efficiency at {} ranks, round by round: {}'.format(
+        last, line(eff, '{:.1f}%')))
+    if all('torch' in t for t in rounds):
+        ratio = [t[last] / t['torch'] for t in rounds]
+        print('ratio minichain ({} ranks) / PyTorch, round by round: {}'
+              .format(last, line(ratio, '{:.2f}x')))
 
 
-def report(args, rows, torch_best):
+def report(args, rows, torch_row):
     """Print the table and the summary lines."""
     print('{:>5} {:>8} {:>7} {:>6} {:>7} {:>7} {:>6} {:>7} {:>8} {:>6} {:>5}'
           .format('ranks', 's/step', 'img/s', 'eff', 'comm', 'allred',
@@ -327,12 +295,12 @@ def report(args, rows, torch_best):
           'allreduce of {:,} B + {:.3f} s waiting for the slower rank)'
           .format(100 * (last['mean'] + last['wait']) / last['step'],
                   last['n'], last['mean'], last['grad_bytes'], last['wait']))
-    if torch_best is not None:
-        step, threads, load = torch_best
+    if torch_row is not None:
+        step, threads, rss = torch_row
         gbatch = last['n'] * args.batch
         print('PyTorch, {} threads in one process, batch {}: {:.3f} s/step, '
-              '{:.2f} img/s (load {:.2f})'.format(threads, gbatch, step,
-                                                  gbatch / step, load))
+              '{:.2f} img/s, {:.0f} MiB'.format(threads, gbatch, step,
+                                                gbatch / step, rss))
         print('ratio minichain ({} ranks) / PyTorch: {:.2f}x'.format(
             last['n'], last['img_s'] / (gbatch / step)))
 
@@ -345,38 +313,45 @@ def main():
     p.add_argument('--batch', type=int, default=8, help='images per rank')
     p.add_argument('--size', type=int, default=224)
     p.add_argument('--stem', default='imagenet')
-    p.add_argument('--steps', type=int, default=5, help='timed steps')
+    p.add_argument('--steps', type=int, default=5,
+                   help='timed rounds (one step of each configuration)')
     p.add_argument('--warmup', type=int, default=1)
     p.add_argument('--repeat', type=int, default=1,
-                   help='run everything K times in turn, keep the fastest')
+                   help='start the workers K times, pooling their rounds')
+    p.add_argument('--gap', type=float, default=0.3,
+                   help='seconds of pause before each step')
     p.add_argument('--communicator', default='flat')
     p.add_argument('--torch-threads', type=int,
                    help='default: the largest rank count')
     p.add_argument('--no-torch', action='store_true')
-    p.add_argument('--timeout', type=float, default=1800,
-                   help='seconds for each mpiexec run')
+    p.add_argument('--timeout', type=float, default=900,
+                   help='seconds to wait for any one answer of a worker')
     p.add_argument('--rank', action='store_true', help=argparse.SUPPRESS)
+    p.add_argument('--torch-worker', action='store_true',
+                   help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.rank:
         return run_rank(args)
+    if args.torch_worker:
+        return run_torch_worker(args)
     counts = [int(c) for c in args.ranks.split(',')]
     python = rank_python()
     print('{} {} px ({} stem), batch {} per rank, float32, MomentumSGD, '
-          '{} communicator, 1 BLAS thread per rank; {} timed steps after {} '
-          'warm-up, best of {}'.format(args.arch, args.size, args.stem,
+          '{} communicator, 1 BLAS thread per rank; {} timed rounds after {} '
+          'warm-up steps, {} run(s)'.format(args.arch, args.size, args.stem,
                                        args.batch, args.communicator,
                                        args.steps, args.warmup, args.repeat))
     print('ranks run {} and {}'.format(python, mpiexec_for(python)),
           flush=True)
     use_torch = not args.no_torch and have_torch()
-    rows, torch_best, history = measure(args, counts, python, use_torch)
-    report(args, rows, torch_best)
-    if args.repeat > 1:
-        report_repeats(counts, history)
+    rows, torch_row, rounds = measure(args, counts, python, use_torch)
+    report(args, rows, torch_row)
+    report_rounds(counts, rounds)
     if not use_torch and not args.no_torch:
         print('PyTorch is not importable by {}: no comparison (run with '
               '.venv-bench/bin/python, which make bench creates)'
               .format(sys.executable))
+
 
 if __name__ == '__main__':
     main()

@@ -1,4 +1,4 @@
-"""bench/scaling.py: the per-repeat summary (efficiency and ratio medians)."""
+"""bench/scaling.py: the per-round summary (efficiency and ratio medians)."""
 import importlib.util
 import pathlib
 
@@ -9,20 +9,21 @@ scaling = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(scaling)
 
 
-def test_each_repeat_pairs_its_own_runs(capsys):
-    # Repeat 1: 2 ranks give 1.9x one rank; repeat 2: 1.8x; repeat 3: 2.0x.
+def test_each_round_pairs_its_own_steps(capsys):
+    # Round 1: 2 ranks give 1.9x one rank; round 2: 1.8x; round 3: 2.0x.
     history = [{1: 10.0, 2: 19.0, 'torch': 20.0},
                {1: 5.0, 2: 9.0, 'torch': 9.0},
                {1: 10.0, 2: 20.0, 'torch': 16.0}]
-    scaling.report_repeats([1, 2], history)
+    scaling.report_rounds([1, 2], history)
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == ('efficiency at 2 ranks, repeat by repeat: 95.0%, '
-                      '90.0%, 100.0% (median 95.0%)')
-    assert out[1] == ('ratio minichain (2 ranks) / PyTorch, repeat by '
-                      'repeat: 0.95x, 1.00x, 1.25x (median 1.00x)')
+    assert out[0] == ('efficiency at 2 ranks, round by round: 95.0%, '
+                      '90.0%, 100.0% (median 95.0%, 90.0%-100.0%)')
+    assert out[1] == ('ratio minichain (2 ranks) / PyTorch, round by '
+                      'round: 0.95x, 1.00x, 1.25x (median 1.00x, '
+                      '0.95x-1.25x)')
 
 
 def test_no_torch_line_without_pytorch(capsys):
-    scaling.report_repeats([1, 2], [{1: 1.0, 2: 2.0}, {1: 1.0, 2: 1.5}])
+    scaling.report_rounds([1, 2], [{1: 1.0, 2: 2.0}, {1: 1.0, 2: 1.5}])
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 1 and out[0].endswith('(median 87.5%)')
+    assert len(out) == 1 and out[0].endswith('(median 87.5%, 75.0%-100.0%)')
