@@ -42,11 +42,7 @@ class CollectivesMixin:
             A new array of x's dtype (``'mean'`` of integers is float64;
             a boolean sum counts, in int64).
         """
-        if op not in _OPS:
-            raise ValueError('allreduce: op must be one of {}, got {!r}'
-                             .format(', '.join(_OPS), op))
-        MPI = _mpi.import_mpi()
-        _same_meta(self.mpi_comm.allgather(_meta(x, 'allreduce')), 'allreduce')
+        MPI = self._check_allreduce(x, op)
         host, on_gpu = _mpi.to_host(x)
         if host.dtype.kind == 'b' or host.dtype == numpy.float16:
             wide = numpy.int64 if host.dtype.kind == 'b' else numpy.float32
@@ -61,6 +57,16 @@ class CollectivesMixin:
         if buf.dtype != host.dtype and host.dtype.kind in 'fc':
             buf = buf.astype(host.dtype)
         return _mpi.from_host(buf, on_gpu)
+
+    def _check_allreduce(self, x, op):
+        """Validate ``op`` and that every rank passes the same shape and
+        dtype (one small host allgather); returns the MPI module."""
+        if op not in _OPS:
+            raise ValueError('allreduce: op must be one of {}, got {!r}'
+                             .format(', '.join(_OPS), op))
+        MPI = _mpi.import_mpi()
+        _same_meta(self.mpi_comm.allgather(_meta(x, 'allreduce')), 'allreduce')
+        return MPI
 
     def bcast(self, x, root=0):
         """Return ``root``'s array on every rank (``x`` ignored elsewhere)."""

@@ -8,7 +8,9 @@
   sum of squared deviations from the local mean), one Allgather, and every
   rank combines them in rank order with Chan's formula
   ``M2 = sum_r M2_r + n_r (mean_r - mean)^2`` (exact for unequal local
-  batch sizes, no cancellation, the same bits on every rank). Backward: one
+  batch sizes, no cancellation, the same bits on every rank). On the GPU
+  one allreduce of ``[sum, M2 + n mean_r^2]`` replaces the Allgather, so
+  that the statistics never leave the device. Backward: one
   packed allreduce of ``[g_mean, g_var]``, then
   ``gx = (G_mean + 2 G_var (x - mean)) / N``.
 * ``F.fixed_batch_normalization(x, gamma, beta, mean, var)``, which is
@@ -31,7 +33,6 @@ from minichain.functions import (broadcast_to, fixed_batch_normalization,
                                  reshape)
 from minichain.functions._check import check_float, unwrap
 from minichain.links import BatchNormalization
-from minichain.dist import _mpi
 from minichain.variable import Variable
 
 __all__ = ['MultiNodeBatchNormalization', 'multi_node_batch_normalization',
@@ -47,30 +48,28 @@ def _reduced_axes(x_ndim, gamma_ndim, axis):
 
 class AllreduceSum(FunctionNode):
     """``(a, b, ...) -> (sum over ranks of a, ...)``, packed in one float64
-    message. Its gradient is again an allreduce-sum of the output
+    message (``comm.allreduce``: on the GPU with ``pure_nccl``, through host
+    memory otherwise). Its gradient is again an allreduce-sum of the output
     gradients (each rank's loss depends on every rank's inputs)."""
 
     def __init__(self, comm):
         self.comm = comm
 
     def forward(self, inputs):
-        MPI = _mpi.import_mpi()
-        self.metas = [(a.shape, a.dtype, backend.get_device_id(a) >= 0)
-                      for a in inputs]
-        host = numpy.concatenate(
-            [backend.to_cpu(a).astype(numpy.float64).ravel() for a in inputs])
-        _mpi.allreduce_buffer(self.comm.mpi_comm, host, MPI.SUM)
+        xp = self._xp = backend.get_array_module(inputs[0])
+        self.metas = [(a.shape, a.dtype) for a in inputs]
+        total = self.comm.allreduce(xp.concatenate(
+            [a.astype(numpy.float64).ravel() for a in inputs]))
         out, offset = [], 0
-        for (shape, dtype, on_gpu), a in zip(self.metas, inputs):
-            part = host[offset:offset + a.size].reshape(shape).astype(dtype)
+        for (shape, dtype), a in zip(self.metas, inputs):
+            out.append(total[offset:offset + a.size].reshape(shape)
+                       .astype(dtype))
             offset += a.size
-            out.append(_mpi.from_host(part, on_gpu))
         return tuple(out)
 
     def backward(self, indexes, grad_outputs):
-        gys = [g if g is not None else Variable(
-            _mpi.from_host(numpy.zeros(shape, dtype), on_gpu))
-            for g, (shape, dtype, on_gpu) in zip(grad_outputs, self.metas)]
+        gys = [g if g is not None else Variable(self._xp.zeros(shape, dtype))
+               for g, (shape, dtype) in zip(grad_outputs, self.metas)]
         return AllreduceSum(self.comm).apply(gys)
 
 
@@ -94,23 +93,48 @@ class _GlobalMoments(FunctionNode):
         dev = x64 - local_mean.reshape(
             [x.shape[i] if i in kept else 1 for i in range(x.ndim)])
         m2 = (dev * dev).sum(axis=self.axes)
-        mine = numpy.concatenate([[n], backend.to_cpu(s).ravel(),
-                                  backend.to_cpu(m2).ravel()])
+        if xp is numpy:
+            mean, var = self._combine_on_host(n, s, m2)
+        else:
+            mean, var = self._combine_on_device(n, s, m2, local_mean)
+        return (mean.reshape(cshape).astype(x.dtype),
+                var.reshape(cshape).astype(x.dtype))
+
+    def _combine_on_host(self, n, s, m2):
+        """Chan's formula over every rank's ``[n, s, M2]`` (one Allgather),
+        combined in rank order: the same bits on every rank."""
+        mine = numpy.concatenate([[n], s.ravel(), m2.ravel()])
         rows = numpy.empty((self.comm.size, mine.size), dtype=numpy.float64)
         self.comm.mpi_comm.Allgather(mine, rows)
         c = s.size
         counts, sums, m2s = rows[:, 0], rows[:, 1:1 + c], rows[:, 1 + c:]
-        total = counts.sum()
+        self.total = self._checked_total(counts.sum())
+        mean = sums.sum(axis=0) / self.total
+        means = sums / numpy.maximum(counts, 1)[:, None]
+        var = (m2s + counts[:, None] * (means - mean) ** 2).sum(axis=0)
+        return mean, var / self.total
+
+    def _combine_on_device(self, n, s, m2, local_mean):
+        """On the GPU the statistics stay there: one allreduce of the sums
+        ``[s, M2 + s * mean_local]`` per channel (``comm.allreduce``, NCCL
+        with ``pure_nccl``), so the step never waits for the device. The
+        counts come from shapes, so their sum is a host exchange. In float64,
+        ``sum(M2 + n mean_r^2) - N mean^2`` loses digits only when the mean
+        is some 10^6 standard deviations away from zero."""
+        xp = backend.get_array_module(s)
+        self.total = self._checked_total(self.comm.mpi_comm.allreduce(n))
+        sums = self.comm.allreduce(xp.concatenate(
+            [s.ravel(), (m2 + s * local_mean).ravel()]))
+        mean = sums[:s.size] / self.total
+        var = xp.maximum(sums[s.size:] / self.total - mean * mean, 0.0)
+        return mean, var
+
+    @staticmethod
+    def _checked_total(total):
         if total == 0:
             raise ValueError('multi_node_batch_normalization: the global '
                              'batch is empty')
-        mean = sums.sum(axis=0) / total
-        means = sums / numpy.maximum(counts, 1)[:, None]
-        var = (m2s + counts[:, None] * (means - mean) ** 2).sum(axis=0) / total
-        self.total = int(total)
-        on_gpu = xp is not numpy
-        return (_mpi.from_host(mean.reshape(cshape).astype(x.dtype), on_gpu),
-                _mpi.from_host(var.reshape(cshape).astype(x.dtype), on_gpu))
+        return int(total)
 
     def backward(self, indexes, grad_outputs):
         x, = self.get_retained_inputs()

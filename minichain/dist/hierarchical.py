@@ -2,7 +2,7 @@
 import numpy
 
 from minichain.dist import _mpi
-from minichain.dist.pure_nccl import (BFLOAT16, PureNcclCommunicator,
+from minichain.dist.pure_nccl import (PureNcclCommunicator,
                                       check_one_gpu_per_rank, nccl_module)
 
 
@@ -64,14 +64,16 @@ class HierarchicalCommunicator(PureNcclCommunicator):
         MPI = _mpi.import_mpi()
         stream.synchronize()
         host = wire.get()
-        if self.allreduce_grad_dtype == BFLOAT16:
+        # bfloat16 travels as uint16 bit patterns (pure_nccl.to_bfloat16_bits)
+        bf16 = host.dtype == numpy.uint16
+        if bf16:
             from minichain.dist.pure_nccl import (from_bfloat16_bits,
                                                   to_bfloat16_bits)
             wide = from_bfloat16_bits(host)
         else:
             wide = host.astype(numpy.float32) if host.itemsize < 4 else host
         _mpi.allreduce_buffer(self._inter_mpi, wide, MPI.SUM)
-        if self.allreduce_grad_dtype == BFLOAT16:
+        if bf16:
             host = to_bfloat16_bits(numpy.ascontiguousarray(wide))
         else:
             host = wide.astype(host.dtype, copy=False)

@@ -127,6 +127,28 @@ class PureNcclCommunicator(FlatCommunicator):
             self._nccl_comm = nccl.NcclCommunicator(self.size, uid, self.rank)
         self._nccl_device = device_id
 
+    def allreduce(self, x, op='sum'):
+        """Elementwise sum or mean of ``x`` over all ranks (see the MPI
+        version). A CuPy float ``x`` is reduced on its GPU by NCCL, on the
+        current stream: no copy through host memory and no wait for the GPU
+        (the shape check is a host exchange). Other ops and dtypes go
+        through host memory as in the other communicators.
+        """
+        if (backend.get_array_module(x) is numpy or op not in ('sum', 'mean')
+                or x.dtype not in (numpy.float32, numpy.float64)):
+            return super().allreduce(x, op)
+        self._check_allreduce(x, op)
+        device = backend.get_device_id(x)
+        self._init_nccl(device)
+        cupy, nccl = nccl_module()
+        with cupy.cuda.Device(device):
+            buf = cupy.array(x, copy=True, order='C')
+            self._sum_wire(nccl, buf, nccl_dtype(nccl, buf.dtype),
+                           cupy.cuda.get_current_stream(), None, None)
+            if op == 'mean':
+                buf *= 1.0 / self.size
+        return buf
+
     def multi_node_mean_grad_async(self, model, zero_fill, stream, tag):
         """Enqueue the averaging of ``model``'s CuPy gradients on ``stream``
         and return without waiting (used by double buffering).

@@ -209,6 +209,33 @@ def mnbn_matches_full_batch(comm):
         rv, rv0, rtol=1e-12)
 
 
+def mnbn_device_formula(comm):
+    # The GPU combines the moments with one allreduce of sums instead of
+    # Chan's Allgather; run that code on NumPy arrays (comm.allreduce takes
+    # the host path) and compare with the host combination and the truth.
+    from minichain.dist.batch_normalization import _GlobalMoments
+    rng = numpy.random.default_rng(11)
+    x = rng.standard_normal((2 * comm.size + 3, 4, 5)) * 2 + 50
+    lo = [0] + [2 * k + 3 for k in range(1, comm.size)] + [len(x)]
+    mine = x[lo[comm.rank]:lo[comm.rank + 1]]  # unequal local batches
+    axes = (0, 2)
+    n = mine.size // 4
+    s = mine.sum(axis=axes)
+    local_mean = s / n
+    m2 = ((mine - local_mean[None, :, None]) ** 2).sum(axis=axes)
+    node = _GlobalMoments(comm, axes)
+    mean_h, var_h = node._combine_on_host(n, s, m2)
+    total_h = node.total
+    mean_d, var_d = node._combine_on_device(n, s, m2, local_mean)
+    assert node.total == total_h == len(x) * 5, (node.total, total_h)
+    want_mean, want_var = x.mean(axis=axes), x.var(axis=axes)
+    assert numpy.allclose(mean_d, want_mean, rtol=1e-13, atol=0)
+    assert numpy.allclose(var_d, want_var, rtol=1e-9, atol=0), (var_d,
+                                                                 want_var)
+    assert numpy.allclose(mean_h, want_mean, rtol=1e-13, atol=0)
+    assert numpy.allclose(var_h, want_var, rtol=1e-12, atol=0)
+
+
 def mnbn_model_copy(comm):
     model = M.as_float64(M.TinyResNet())
     model.bn.avg_mean[...] = 3.0

@@ -90,8 +90,13 @@ def single():
     assert numpy.allclose(backend.to_cpu(y_g.array), y_c.array, atol=1e-5)
     F.sum(y_g * y_g).backward()
     assert isinstance(bn_g.gamma.grad, cupy.ndarray)
-    r = comm.allreduce(cupy.arange(3.0))
+    r = comm.allreduce(cupy.arange(3.0))  # float64 sum: NCCL, on the GPU
     assert isinstance(r, cupy.ndarray)
+    assert numpy.array_equal(r.get(), comm.size * numpy.arange(3.0))
+    m = comm.allreduce(cupy.full(4, 2.0, cupy.float32), 'mean')
+    assert m.dtype == numpy.float32 and (m.get() == 2.0).all()
+    i = comm.allreduce(cupy.arange(3), 'max')  # integers: the host path
+    assert isinstance(i, cupy.ndarray) and (i.get() == numpy.arange(3)).all()
     comm.finalize()
     print('GPU-OK', comm.rank, flush=True)
 
