@@ -10,7 +10,7 @@ prints the median step time, images per second, achieved GFLOP/s, the
 fraction of the machine's peak, the peak resident memory, and the ratios.
 
     python bench/resnet50_step.py [--steps 5] [--warmup 2] [--peak 232]
-        [--repeat K] [--config 8x224:imagenet ...]
+        [--repeat K] [--config 8x224:imagenet ...] [--threads N]
 
 With ``--repeat K`` the pair of workers is started K times (each run's own
 median ratio is listed next to the median over all pairs).
@@ -33,6 +33,8 @@ import _torch_models  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
 CONFIGS = [(8, 224, 'imagenet'), (32, 32, 'small')]
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') \
+    else (os.cpu_count() or 1)
 
 
 def conv_macs(batch, size, stem, counts=(3, 4, 6, 3), n_classes=1000):
@@ -85,15 +87,17 @@ def minichain_step(batch, size, stem):
     return step
 
 
-def torch_step(batch, size, stem):
+def torch_step(batch, size, stem, threads):
     """A function running one PyTorch training step; returns its seconds."""
-    return _torch_models.torch_step('resnet50', stem, batch, size,
-                                    os.cpu_count() or 1)
+    return _torch_models.torch_step('resnet50', stem, batch, size, threads)
 
 
 def worker(args):
-    make = minichain_step if args.worker == 'minichain' else torch_step
-    _interleave.serve(make(args.batch, args.size, args.stem), args.warmup,
+    if args.worker == 'minichain':
+        step = minichain_step(args.batch, args.size, args.stem)
+    else:
+        step = torch_step(args.batch, args.size, args.stem, args.threads)
+    _interleave.serve(step, args.warmup,
                       lambda: {'peak_rss_mib': resource.getrusage(
                           resource.RUSAGE_SELF).ru_maxrss / 1024.0})
 
@@ -102,8 +106,12 @@ def start(name, batch, size, stem, args):
     """A warmed-up worker process for framework ``name``."""
     cmd = [sys.executable, os.path.abspath(__file__), '--worker', name,
            '--batch', str(batch), '--size', str(size), '--stem', stem,
-           '--warmup', str(args.warmup)]
-    return _interleave.Worker(name, cmd, timeout=args.timeout)
+           '--warmup', str(args.warmup), '--threads', str(args.threads)]
+    # BLAS reads its thread count when NumPy loads it: set it beforehand.
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.threads),
+               OMP_NUM_THREADS=str(args.threads),
+               MKL_NUM_THREADS=str(args.threads))
+    return _interleave.Worker(name, cmd, env=env, timeout=args.timeout)
 
 
 def run_pair(names, batch, size, stem, args):
@@ -151,6 +159,10 @@ def main():
     p.add_argument('--config', type=parse_config, action='append',
                    help='BATCHxSIZE:STEM (repeatable; default 8x224:imagenet'
                         ' and 32x32:small)')
+    p.add_argument('--threads', type=int, default=CORES,
+                   help='threads of each framework: BLAS threads for '
+                        'minichain, intra-op threads for PyTorch (default: '
+                        'the cores this process may use, %(default)s)')
     p.add_argument('--gap', type=float, default=0.3,
                    help='seconds of pause before each step')
     p.add_argument('--timeout', type=float, default=900,
@@ -169,6 +181,10 @@ def main():
     if not args.only and 'torch' not in names:
         print('PyTorch is not importable here: no ratio (make bench installs '
               'it in .venv-bench)')
+    if args.threads < 1:
+        p.error('--threads must be at least 1')
+    print('{} thread(s) per framework; workers take turns, {} s apart'
+          .format(args.threads, args.gap))
     print('{:<10} {:>5} {:>4} {:>9} {:>8} {:>8} {:>6} {:>9}'.format(
         'framework', 'batch', 'px', 's/step', 'img/s', 'GFLOP/s', 'peak',
         'RSS MiB'))

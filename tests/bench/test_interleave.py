@@ -106,10 +106,11 @@ def test_resnet50_step_one_framework():
     out = subprocess.run(
         [sys.executable, str(ROOT / 'bench' / 'resnet50_step.py'),
          '--config', '2x16:small', '--only', 'minichain', '--steps', '2',
-         '--warmup', '1', '--gap', '0'],
+         '--warmup', '1', '--gap', '0', '--threads', '1'],
         capture_output=True, text=True, timeout=600,
-        env=dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS='1'))
+        env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith('1 thread(s) per framework')
     row = out.stdout.splitlines()[-1].split()
     assert row[:3] == ['minichain', '2', '16']
     assert float(row[3]) > 0 and float(row[-1]) > 0  # s/step, RSS MiB
