@@ -288,10 +288,12 @@ def host_threads():
 
     The count given to :func:`set_host_threads`, else
     ``MINICHAIN_HOST_THREADS`` from the environment, else 1. One is the
-    default because splitting measured both ways on two cores: a ResNet-50
-    step at batch 8 / 224 ran ~15% faster with 2, at batch 32 / 32 it ran
-    ~50% slower (the split blocks are small there and compete with BLAS's
-    spinning threads).
+    default because splitting did not pay on two cores: the passes are
+    bound by memory bandwidth (23 GB/s from one thread, 31 from two here)
+    and the split blocks compete with BLAS's spinning threads. A ResNet-50
+    step at batch 8 / 224 took 5-10% longer with 2, taking turns with the
+    default step by step (``bench/README.md``, third session; an earlier
+    run-by-run comparison had it ~15% faster, and ~50% slower at 32 / 32).
     """
     global _host_threads
     if _host_threads is None:
