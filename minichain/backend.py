@@ -7,9 +7,11 @@ BLAS threads (:func:`set_blas_threads`).
 When CuPy is missing (or no GPU answers) the package still imports and works on
 NumPy; a call that needs the GPU raises a ``RuntimeError`` that says why.
 """
+import contextlib
 import ctypes
 import os
 import sys
+import threading
 
 import numpy
 
@@ -280,26 +282,95 @@ def get_blas_threads():
     return int(getters[0]())
 
 
-_host_threads = None
+# -- minichain's own CPU threads ----------------------------------------------
+_blas_knobs = None
+_scope = threading.local()
+
+
+def _blas_knob():
+    """(getter, setters) of the loaded BLAS, looked up once: a getter
+    returning the thread count (or None) and a setter per BLAS library."""
+    global _blas_knobs
+    if _blas_knobs is None:
+        getters = _blas_functions(_BLAS_GETTERS)
+        setters = _blas_functions(_BLAS_SETTERS)
+        for fn in getters:
+            fn.argtypes, fn.restype = (), ctypes.c_int
+        for fn in setters:
+            fn.argtypes, fn.restype = (ctypes.c_int,), None
+        _blas_knobs = (getters[0] if getters else None, tuple(setters))
+    return _blas_knobs
+
+
+@contextlib.contextmanager
+def cpu_kernel_scope():
+    """Run a CPU op with the BLAS on one thread; yield the op's thread count.
+
+    The count is what the BLAS had on entry (``set_blas_threads``; its
+    default is the core count): minichain's CPU kernels share their work
+    out over that many threads of their own (``functions/_parallel.py``),
+    each calling the BLAS single-threaded, and the BLAS gets its count back
+    on exit. Why not let OpenBLAS thread the products: its idle threads
+    spin for about 0.1 s after every threaded call, so between the products
+    of a training step one core was always busy spinning. The copies that
+    build convolution columns then ran on one core, at times 4x slower
+    than usual, and a ResNet-50 step switched between fast and slow modes
+    (``bench/README.md``, fourth session).
+
+    Nested scopes (an op whose forward applies another op) keep the outer
+    count. The BLAS setting is process-wide, so two Python threads running
+    ops at once may see each other's setting: the results stay right, only
+    the speed changes.
+    """
+    if getattr(_scope, 'depth', 0):
+        _scope.depth += 1
+        try:
+            yield _scope.threads
+        finally:
+            _scope.depth -= 1
+        return
+    getter, setters = _blas_knob()
+    n = max(1, int(getter())) if getter is not None else 1
+    if n > 1:
+        for fn in setters:
+            fn(1)
+    _scope.depth, _scope.threads = 1, n
+    try:
+        yield n
+    finally:
+        _scope.depth = 0
+        if n > 1:
+            for fn in setters:
+                fn(n)
+
+
+def cpu_kernel_threads():
+    """Threads this thread's CPU op may use: the count that the innermost
+    :func:`cpu_kernel_scope` found, or 1 outside any scope."""
+    return _scope.threads if getattr(_scope, 'depth', 0) else 1
+
+
+_host_threads = None  # 0: follow the op (cpu_kernel_threads)
 
 
 def host_threads():
     """How many threads minichain's CPU kernels may use for elementwise work.
 
     The count given to :func:`set_host_threads`, else
-    ``MINICHAIN_HOST_THREADS`` from the environment, else 1. One is the
-    default because splitting did not pay on two cores: the passes are
-    bound by memory bandwidth (23 GB/s from one thread, 31 from two here)
-    and the split blocks compete with BLAS's spinning threads. A ResNet-50
-    step at batch 8 / 224 took 5-10% longer with 2, taking turns with the
-    default step by step (``bench/README.md``, third session; an earlier
-    run-by-run comparison had it ~15% faster, and ~50% slower at 32 / 32).
+    ``MINICHAIN_HOST_THREADS`` from the environment, else the current op's
+    thread count (:func:`cpu_kernel_threads`: the BLAS's count inside an
+    op, 1 outside). Splitting the passes did not pay while OpenBLAS's
+    threads spun beside them (third session: 5-10% slower at batch 8 /
+    224); with the products on minichain's own threads it does, a little
+    (fourth session: 2-3% faster steps, taking turns step by step). The
+    passes are bound by memory bandwidth: 23 GB/s from one thread, 31 from
+    two here.
     """
     global _host_threads
     if _host_threads is None:
         env = os.environ.get('MINICHAIN_HOST_THREADS', '')
-        _host_threads = int(env) if env.isdigit() and int(env) > 0 else 1
-    return _host_threads
+        _host_threads = int(env) if env.isdigit() and int(env) > 0 else 0
+    return _host_threads or cpu_kernel_threads()
 
 
 def set_host_threads(n):

@@ -28,6 +28,7 @@ import numpy
 from numpy.lib.stride_tricks import as_strided
 
 from minichain import backend
+from minichain.functions import _parallel
 
 Geometry = collections.namedtuple(
     'Geometry', 'kh kw sy sx ph pw dy dx h w oh ow')
@@ -177,6 +178,11 @@ def _chunks(xp, n, per_image_bytes, p):
     b = max(1, min(n, -(-_MIN_COLUMNS // p),
                    _CHUNK_BYTES // max(1, per_image_bytes)))
     count = -(-n // b)
+    # Every thread gets the same number of chunks (each thread takes a run
+    # of them, see _parallel.over_chunks).
+    threads = _parallel.product_threads()
+    if 1 < threads <= n:
+        count = min(n, -(-count // threads) * threads)
     b = -(-n // count)  # balance the chunks
     return [(i, min(n, i + b)) for i in range(0, n, b)]
 
@@ -228,12 +234,16 @@ def conv_forward(x, W, g, groups):
     w2 = W.reshape(groups, o // groups, -1)
     y = xp.empty((n, o, g.oh, g.ow), x.dtype)
     per_image = c * g.kh * g.kw * p * x.dtype.itemsize
-    for n0, n1 in _chunks(xp, n, per_image, p):
-        col = _col_chunk(x, n0, n1, g).reshape(groups, -1, (n1 - n0) * p)
-        if n1 - n0 == 1:
-            xp.matmul(w2, col, out=y[n0].reshape(groups, o // groups, p))
-        else:
-            _store_chunk(y, n0, n1, xp.matmul(w2, col))
+
+    def run(chunks):
+        for n0, n1 in chunks:
+            col = _col_chunk(x, n0, n1, g).reshape(groups, -1, (n1 - n0) * p)
+            if n1 - n0 == 1:
+                _parallel.matmul(
+                    w2, col, out=y[n0].reshape(groups, o // groups, p))
+            else:
+                _store_chunk(y, n0, n1, _parallel.matmul(w2, col))
+    _parallel.over_chunks(run, _chunks(xp, n, per_image, p))
     return y
 
 
@@ -250,15 +260,23 @@ def conv_grad_w(x, gy, g, groups, w_shape):
     # once at the end, which pays only while the summed columns dwarf that
     # copy.
     flip = xp is numpy and o // groups < k and n * p >= _FLIP_MIN_COLUMNS
-    acc = None
     per_image = c * g.kh * g.kw * p * x.dtype.itemsize
-    for n0, n1 in _chunks(xp, n, per_image, p):
-        col = _col_chunk(x, n0, n1, g).reshape(groups, -1, (n1 - n0) * p)
-        gyc = _channel_major(gy, n0, n1, 'gy').reshape(groups, o // groups, -1)
-        # gy @ col^T lands in W's layout; BLAS reads col^T in place.
-        part = (xp.matmul(col, gyc.transpose(0, 2, 1)) if flip
-                else xp.matmul(gyc, col.transpose(0, 2, 1)))
-        acc = part if acc is None else xp.add(acc, part, out=acc)
+
+    def run(chunks):
+        acc = None
+        for n0, n1 in chunks:
+            col = _col_chunk(x, n0, n1, g).reshape(groups, -1, (n1 - n0) * p)
+            gyc = _channel_major(gy, n0, n1, 'gy').reshape(groups, o // groups,
+                                                           -1)
+            # gy @ col^T lands in W's layout; BLAS reads col^T in place.
+            part = (_parallel.matmul(col, gyc.transpose(0, 2, 1)) if flip
+                    else _parallel.matmul(gyc, col.transpose(0, 2, 1)))
+            acc = part if acc is None else xp.add(acc, part, out=acc)
+        return acc
+    parts = _parallel.over_chunks(run, _chunks(xp, n, per_image, p))
+    acc = parts[0]
+    for part in parts[1:]:
+        acc += part
     if flip:
         acc = numpy.ascontiguousarray(acc.transpose(0, 2, 1))
     return acc.reshape(w_shape)
@@ -293,13 +311,17 @@ def deconv_forward(x, W, g, groups):
     w2t = W.reshape(groups, o // groups, -1).transpose(0, 2, 1)
     if is_pointwise(g):
         y = xp.empty((n, c, g.h, g.w), x.dtype)
-        for n0, n1 in _chunks(xp, n, o * p * x.dtype.itemsize, p):
-            xc = _channel_major(x, n0, n1, 'x').reshape(groups, o // groups,
-                                                        -1)
-            if n1 - n0 == 1:
-                xp.matmul(w2t, xc, out=y[n0].reshape(groups, cg, p))
-            else:
-                _store_chunk(y, n0, n1, xp.matmul(w2t, xc))
+
+        def run_pointwise(chunks):
+            for n0, n1 in chunks:
+                xc = _channel_major(x, n0, n1, 'x').reshape(
+                    groups, o // groups, -1)
+                if n1 - n0 == 1:
+                    _parallel.matmul(w2t, xc, out=y[n0].reshape(groups, cg, p))
+                else:
+                    _store_chunk(y, n0, n1, _parallel.matmul(w2t, xc))
+        _parallel.over_chunks(run_pointwise, _chunks(
+            xp, n, o * p * x.dtype.itemsize, p))
         return y
     fpad = (g.dy * (g.kh - 1) - g.ph, g.dx * (g.kw - 1) - g.pw)
     if g.sy == g.sx == 1 and min(fpad) >= 0 and W.size <= x.size:
@@ -313,11 +335,16 @@ def deconv_forward(x, W, g, groups):
         return _cuda_kernels.col2im(col, g, batch_major=False)
     y = numpy.zeros((n, c, g.h, g.w), x.dtype)
     per_image = c * g.kh * g.kw * p * x.dtype.itemsize
-    for n0, n1 in _chunks(xp, n, per_image, p):
-        b = n1 - n0
-        xc = _channel_major(x, n0, n1, 'x').reshape(groups, o // groups, -1)
-        col = _workspace('col', (groups, cg * g.kh * g.kw, b * p), x.dtype)
-        numpy.matmul(w2t, xc, out=col)
-        col = col.reshape(c, g.kh, g.kw, b, g.oh, g.ow)
-        _col2im_add(y[n0:n1], col.transpose(3, 0, 1, 2, 4, 5), g)
+
+    def run(chunks):
+        for n0, n1 in chunks:
+            b = n1 - n0
+            xc = _channel_major(x, n0, n1, 'x').reshape(groups, o // groups,
+                                                        -1)
+            col = _workspace('col', (groups, cg * g.kh * g.kw, b * p),
+                             x.dtype)
+            _parallel.matmul(w2t, xc, out=col)
+            col = col.reshape(c, g.kh, g.kw, b, g.oh, g.ow)
+            _col2im_add(y[n0:n1], col.transpose(3, 0, 1, 2, 4, 5), g)
+    _parallel.over_chunks(run, _chunks(xp, n, per_image, p))
     return y

@@ -1,11 +1,20 @@
-"""Large elementwise NumPy work split over the host's threads.
+"""CPU work split over minichain's own threads: products and elementwise.
 
-NumPy runs every ufunc on one core, so on a small machine the elementwise
-part of a training step (batch normalization, ReLU, additions: about a
-sixth of a ResNet-50 step) stays serial while BLAS uses all cores. NumPy
-releases the GIL inside its loops over contiguous arrays, so cutting an
-array into row blocks and running the blocks on a few threads does use
-the other cores. The thread count is
+Products. Inside an op the BLAS runs on one thread
+(:func:`minichain.backend.cpu_kernel_scope`) and the work is shared out here
+instead: a convolution's image chunks go to the threads in contiguous runs
+(:func:`over_chunks`: each thread builds its own columns and multiplies
+them, so the column copies run in parallel too, where BLAS threads would
+leave them to one core), and a lone large product is cut into row blocks
+(:func:`matmul`). The thread count is what the BLAS had on entering the op
+(:func:`minichain.backend.set_blas_threads`; one per rank under MPI).
+
+Elementwise. NumPy runs every ufunc on one core, so on a small machine the
+elementwise part of a training step (batch normalization, ReLU, additions:
+about a sixth of a ResNet-50 step) stays serial. NumPy releases the GIL
+inside its loops over contiguous arrays, so cutting an array into row
+blocks and running the blocks on a few threads does use the other cores.
+The thread count there is
 :func:`minichain.backend.host_threads` (1 unless set with
 :func:`minichain.backend.set_host_threads` or ``MINICHAIN_HOST_THREADS``;
 see there why). Only NumPy arrays come here; CuPy has its own kernels.
@@ -13,12 +22,17 @@ see there why). Only NumPy arrays come here; CuPy has its own kernels.
 import concurrent.futures
 import threading
 
+import numpy
+
 from minichain import backend
 
 # Below this many bytes a block costs less than handing it to a thread.
 _MIN_BYTES = 1 << 20
+# Below this many multiply-adds a product is not worth cutting up.
+_MIN_PRODUCT = 1 << 22
 _lock = threading.Lock()
 _pool = {}
+_local = threading.local()  # .busy: this thread runs a share of a split
 
 
 def _executor(workers):
@@ -73,4 +87,82 @@ def elementwise(kernel, out, *arrays):
         return out
     split_rows(lambda s: kernel(out[s], *(a[s] for a in arrays)),
                out.shape[0], out.nbytes * (1 + len(arrays)))
+    return out
+
+
+def product_threads():
+    """Threads a product started now may use: 1 inside a share of a split
+    (no nesting), else the current op's count."""
+    if getattr(_local, 'busy', False):
+        return 1
+    return backend.cpu_kernel_threads()
+
+
+def _share(fn, arg):
+    _local.busy = True
+    try:
+        return fn(arg)
+    finally:
+        _local.busy = False
+
+
+def _run_shares(fn, shares):
+    """fn(share) for every share, the first on the calling thread; results
+    in order. Every share is waited for before an error propagates."""
+    futures = [_executor(len(shares) - 1).submit(_share, fn, s)
+               for s in shares[1:]]
+    try:
+        first = _share(fn, shares[0])
+    finally:
+        rest = [f.result() for f in futures]
+    return [first] + rest
+
+
+def over_chunks(fn, chunks):
+    """Call ``fn(run)`` on contiguous runs of ``chunks``, one per thread.
+
+    Chunks are dealt out in order and in equal-length runs, so a sum over
+    the results (a weight gradient) is the same for the same thread count.
+
+    Args:
+        fn: callable taking a list of chunks; must touch only its chunks'
+            outputs (anything shared it returns instead).
+        chunks: list of work items (image ranges).
+    Returns:
+        list of ``fn``'s results, one per run (a single one when the op
+        has one thread or there is one chunk).
+    """
+    n = min(product_threads(), len(chunks))
+    if n < 2:
+        return [fn(list(chunks))]
+    bounds = [len(chunks) * i // n for i in range(n + 1)]
+    return _run_shares(fn, [list(chunks[bounds[i]:bounds[i + 1]])
+                            for i in range(n)])
+
+
+def matmul(a, b, out=None):
+    """``numpy.matmul(a, b, out=out)``, cut into row blocks over the op's
+    threads when the product is large; other array types go to their own
+    ``matmul`` (cuBLAS for CuPy).
+
+    Only 2-D and same-batch 3-D operands are cut (along ``a``'s rows);
+    anything else is one call.
+    """
+    if not (isinstance(a, numpy.ndarray) and isinstance(b, numpy.ndarray)):
+        xp = backend.get_array_module(a, b)
+        return xp.matmul(a, b) if out is None else xp.matmul(a, b, out=out)
+    rows = a.shape[-2] if a.ndim >= 2 else 1
+    n = min(product_threads(), rows)
+    simple = (a.ndim == b.ndim and a.ndim in (2, 3)
+              and a.shape[:-2] == b.shape[:-2])
+    if (n < 2 or not simple
+            or a.size * b.shape[-1] < _MIN_PRODUCT):
+        return numpy.matmul(a, b) if out is None else numpy.matmul(
+            a, b, out=out)
+    if out is None:
+        out = numpy.empty(a.shape[:-1] + b.shape[-1:],
+                          numpy.result_type(a, b))
+    bounds = [rows * i // n for i in range(n + 1)]
+    _run_shares(lambda s: numpy.matmul(a[..., s, :], b, out=out[..., s, :]),
+                [slice(bounds[i], bounds[i + 1]) for i in range(n)])
     return out

@@ -5,7 +5,7 @@ import pytest
 
 from minichain import Variable, backend
 import minichain.functions as F
-from minichain.functions import _im2col
+from minichain.functions import _im2col, _parallel
 from minichain.functions.convolution import _convolution_2d_composite
 from minichain.gradient_check import check_backward, check_double_backward
 from tests.functions.cuda_emulation import emulated_cuda  # noqa: F401
@@ -104,8 +104,21 @@ def chunking(request, monkeypatch):
             monkeypatch.setattr(_im2col, '_FLIP_MIN_COLUMNS', flip_min)
 
 
+@pytest.fixture(params=[1, 3], ids=['1thread', '3threads'])
+def threads(request, monkeypatch):
+    """Run the ops on this many threads of their own (the BLAS count that
+    cpu_kernel_scope finds on entry), cutting even tiny products by rows."""
+    before = backend.get_blas_threads()
+    if before is None:
+        pytest.skip('no OpenBLAS/MKL found: the thread count is not settable')
+    backend.set_blas_threads(request.param)
+    monkeypatch.setattr(_parallel, '_MIN_PRODUCT', 1)
+    yield request.param
+    backend.set_blas_threads(before)
+
+
 @pytest.mark.parametrize('case', CASES, ids=IDS)
-def test_forward_matches_naive(case, chunking):
+def test_forward_matches_naive(case, chunking, threads):
     x, W, b = _inputs(case, n=3)
     y = _conv(case)(x, W, b)
     k, s, p, d, g, cover_all = case
@@ -124,6 +137,35 @@ def test_float32_stays_float32():
     numpy.testing.assert_allclose(y.array, expect, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize('n', [1, 2, 5])
+def test_threads_split_images_then_rows(n, threads, monkeypatch):
+    """On several threads a convolution deals out its images (or cuts a
+    lone image's products by rows) and gives what one thread gives, to
+    float64 rounding; the BLAS gets its thread count back after each op."""
+    splits = []
+    run_shares = _parallel._run_shares
+
+    def counting(fn, shares):
+        splits.append(len(shares))
+        return run_shares(fn, shares)
+    monkeypatch.setattr(_parallel, '_run_shares', counting)
+    x, W, b = _inputs(CASES[0], n=n, c=4, h=9, w=9, seed=n)
+    gy = numpy.random.default_rng(n).standard_normal((n, 6, 9, 9))
+
+    def run():
+        vs = [Variable(a.copy()) for a in (x, W, b)]
+        y = _conv(CASES[0])(*vs)
+        y.grad = gy
+        y.backward()
+        return [y.array] + [v.grad for v in vs]
+    got = run()
+    assert backend.get_blas_threads() == threads
+    assert (max(splits, default=1) > 1) == (threads > 1)
+    backend.set_blas_threads(1)
+    for a, e in zip(got, run()):
+        numpy.testing.assert_allclose(a, e, rtol=1e-12, atol=1e-12)
+
+
 def test_pointwise_is_a_matrix_product():
     rng = numpy.random.default_rng(1)
     x = rng.standard_normal((2, 3, 4, 5))
@@ -134,7 +176,7 @@ def test_pointwise_is_a_matrix_product():
 
 
 @pytest.mark.parametrize('case', CASES, ids=IDS)
-def test_backward_float64(case):
+def test_backward_float64(case, threads):
     x, W, b = _inputs(case)
     f = _conv(case)
     gy = numpy.random.default_rng(2).standard_normal(f(x, W, b).shape)
@@ -148,7 +190,7 @@ def _composite(case):
 
 
 @pytest.mark.parametrize('case', CASES, ids=IDS)
-def test_fused_and_composite_agree(case, chunking):
+def test_fused_and_composite_agree(case, chunking, threads):
     x, W, b = _inputs(case)
     fused, composite = _conv(case), _composite(case)
     numpy.testing.assert_allclose(fused(x, W, b).array,
@@ -199,7 +241,7 @@ def test_double_backward(case):
 
 # -- deconvolution -------------------------------------------------------------
 @pytest.mark.parametrize('case', CASES, ids=IDS)
-def test_deconv_forward_and_adjoint(case, chunking):
+def test_deconv_forward_and_adjoint(case, chunking, threads):
     x, W, _ = _inputs(case, n=3)
     b = numpy.arange(x.shape[1]) * 0.5  # one per deconvolution output
     k, s, p, d, g, cover_all = case
@@ -217,7 +259,7 @@ def test_deconv_forward_and_adjoint(case, chunking):
 
 
 @pytest.mark.parametrize('case', CASES, ids=IDS)
-def test_deconv_backward(case):
+def test_deconv_backward(case, threads):
     x, W, _ = _inputs(case)
     b = numpy.arange(x.shape[1]) * 0.5
     k, s, p, d, g, cover_all = case

@@ -82,3 +82,64 @@ def test_split_batch_normalization_matches_serial(monkeypatch):
     monkeypatch.setattr(_parallel, '_MIN_BYTES', 1)
     for r, s in zip(ref, run()):
         numpy.testing.assert_array_equal(r, s)
+
+
+# -- products on minichain's own threads ----------------------------------------
+@pytest.fixture
+def op_threads(monkeypatch):
+    """Pretend to be inside an op that may use three threads."""
+    monkeypatch.setattr(backend, 'cpu_kernel_threads', lambda: 3)
+    monkeypatch.setattr(_parallel, '_MIN_PRODUCT', 1)
+
+
+def test_over_chunks_deals_contiguous_runs_in_order(op_threads):
+    names = {}
+
+    def fn(run):
+        names[tuple(run)] = threading.current_thread().name
+        assert _parallel.product_threads() == 1  # no nested splitting
+        return sum(run)
+    out = _parallel.over_chunks(fn, list(range(7)))
+    assert out == [0 + 1, 2 + 3, 4 + 5 + 6]
+    assert sorted(names) == [(0, 1), (2, 3), (4, 5, 6)]
+    me = threading.current_thread().name
+    assert names[(0, 1)] == me
+    assert names[(2, 3)] != me and names[(4, 5, 6)] != me
+    assert _parallel.product_threads() == 3  # the caller is free again
+
+
+def test_over_chunks_one_chunk_or_one_thread_stays_on_the_caller(
+        op_threads, monkeypatch):
+    assert _parallel.over_chunks(lambda run: run, ['a']) == [['a']]
+    monkeypatch.setattr(backend, 'cpu_kernel_threads', lambda: 1)
+    assert _parallel.over_chunks(lambda run: run, [1, 2]) == [[1, 2]]
+
+
+def test_over_chunks_waits_for_every_run_before_raising(op_threads):
+    done = []
+
+    def fn(run):
+        if run[0] == 0:
+            raise KeyError('boom')
+        threading.Event().wait(0.05)
+        done.append(run)
+    with pytest.raises(KeyError):
+        _parallel.over_chunks(fn, [0, 1, 2])
+    assert sorted(done) == [[1], [2]]
+
+
+@pytest.mark.parametrize('shapes', [((7, 5), (5, 4)), ((2, 7, 5), (2, 5, 3)),
+                                    ((2, 5), (5, 3)), ((5,), (5, 3)),
+                                    ((3, 2, 5), (5, 4))])
+def test_matmul_by_row_blocks_matches_numpy(op_threads, shapes):
+    rng = numpy.random.default_rng(0)
+    a, b = (rng.standard_normal(s) for s in shapes)
+    numpy.testing.assert_allclose(_parallel.matmul(a, b), a @ b, rtol=1e-13)
+    out = numpy.empty((a @ b).shape)
+    assert _parallel.matmul(a, b, out=out) is out
+    numpy.testing.assert_allclose(out, a @ b, rtol=1e-13)
+    # transposed views, as the convolutions pass them
+    if a.ndim == b.ndim:
+        bt, at = numpy.swapaxes(b, -1, -2), numpy.swapaxes(a, -1, -2)
+        numpy.testing.assert_allclose(_parallel.matmul(bt, at), bt @ at,
+                                      rtol=1e-13)
