@@ -160,9 +160,10 @@ def main():
                    help='BATCHxSIZE:STEM (repeatable; default 8x224:imagenet'
                         ' and 32x32:small)')
     p.add_argument('--threads', type=int, default=CORES,
-                   help='threads of each framework: BLAS threads for '
-                        'minichain, intra-op threads for PyTorch (default: '
-                        'the cores this process may use, %(default)s)')
+                   help='threads of each framework: minichain\'s own '
+                        '(set as its BLAS thread count), intra-op threads '
+                        'for PyTorch (default: the cores this process may '
+                        'use, %(default)s)')
     p.add_argument('--gap', type=float, default=0.3,
                    help='seconds of pause before each step')
     p.add_argument('--timeout', type=float, default=900,

@@ -2,8 +2,10 @@
 
 Everything else asks ``xp = backend.get_array_module(x)`` and runs one code
 path. The module also holds the host-side tuning of the CPU path: glibc's
-malloc thresholds (set at import, see :func:`tune_malloc`) and the number of
-BLAS threads (:func:`set_blas_threads`).
+malloc thresholds (set at import, see :func:`tune_malloc`), the number of
+BLAS threads (:func:`set_blas_threads`), which is also how many threads of
+their own minichain's CPU ops use, and the scope that keeps the BLAS on one
+thread inside an op (:func:`cpu_kernel_scope`).
 When CuPy is missing (or no GPU answers) the package still imports and works on
 NumPy; a call that needs the GPU raises a ``RuntimeError`` that says why.
 """
