@@ -50,7 +50,8 @@ def split_rows(fn, rows, nbytes):
 
     The calls run concurrently (the caller takes the first block) when
     ``nbytes``, the size of the data touched, is large and more than one
-    host thread is allowed; otherwise ``fn(slice(0, rows))`` runs once.
+    host thread is allowed, outside a share of another split; otherwise
+    ``fn(slice(0, rows))`` runs once.
     ``fn`` must write disjoint rows for disjoint slices.
 
     Args:
@@ -58,7 +59,8 @@ def split_rows(fn, rows, nbytes):
         rows: length of the leading axis.
         nbytes: bytes the whole call reads and writes.
     """
-    n = min(backend.host_threads(), rows, max(1, nbytes // _MIN_BYTES))
+    n = 1 if getattr(_local, 'busy', False) else min(
+        backend.host_threads(), rows, max(1, nbytes // _MIN_BYTES))
     if n < 2:
         fn(slice(0, rows))
         return

@@ -108,6 +108,17 @@ def test_over_chunks_deals_contiguous_runs_in_order(op_threads):
     assert _parallel.product_threads() == 3  # the caller is free again
 
 
+def test_no_nested_splits_inside_a_share(op_threads, two_threads):
+    """A share of a split runs its elementwise passes and products whole."""
+    inner = []
+
+    def fn(run):
+        _parallel.split_rows(lambda s: inner.append(s), 8, 1 << 30)
+        return _parallel.product_threads()
+    assert _parallel.over_chunks(fn, [0, 1]) == [1, 1]
+    assert inner == [slice(0, 8), slice(0, 8)]
+
+
 def test_over_chunks_one_chunk_or_one_thread_stays_on_the_caller(
         op_threads, monkeypatch):
     assert _parallel.over_chunks(lambda run: run, ['a']) == [['a']]
