@@ -91,17 +91,22 @@ def _conv(case):
 
 
 @pytest.fixture(params=[None, (1, 1 << 30, None), (2, 1 << 30, None),
-                        (3, 1, None), (2, 1 << 30, 0)],
-                ids=['default', 'chunk1', 'chunk2', 'tinybuf', 'gw-flipped'])
+                        (3, 1, None), (2, 1 << 30, 0), (1, 1, None, 1),
+                        (1, 1, 0, 4000)],
+                ids=['default', 'chunk1', 'chunk2', 'tinybuf', 'gw-flipped',
+                     'row-bands', 'bands-flipped'])
 def chunking(request, monkeypatch):
-    """Force the CPU GEMM path through one, several and uneven chunks, and
-    conv_grad_w through its transposed accumulation (gW^T)."""
+    """Force the CPU GEMM path through one, several and uneven chunks,
+    single images cut into bands of output rows (one row each, or a few),
+    and conv_grad_w through its transposed accumulation (gW^T)."""
     if request.param is not None:
-        columns, nbytes, flip_min = request.param
+        columns, nbytes, flip_min = request.param[:3]
         monkeypatch.setattr(_im2col, '_MIN_COLUMNS', columns)
         monkeypatch.setattr(_im2col, '_CHUNK_BYTES', nbytes)
         if flip_min is not None:
             monkeypatch.setattr(_im2col, '_FLIP_MIN_COLUMNS', flip_min)
+        if len(request.param) > 3:
+            monkeypatch.setattr(_im2col, '_BAND_BYTES', request.param[3])
 
 
 @pytest.fixture(params=[1, 3], ids=['1thread', '3threads'])
