@@ -20,6 +20,7 @@ The thread count there is
 see there why). Only NumPy arrays come here; CuPy has its own kernels.
 """
 import concurrent.futures
+import os
 import threading
 
 import numpy
@@ -40,9 +41,22 @@ def _executor(workers):
         ex = _pool.get(workers)
         if ex is None:
             ex = concurrent.futures.ThreadPoolExecutor(
-                workers, thread_name_prefix='minichain-elementwise')
+                workers, thread_name_prefix='minichain-cpu')
             _pool[workers] = ex
         return ex
+
+
+def _forget_pools_after_fork():
+    # A forked child (a data-loading worker) has none of the parent's
+    # threads: a pool inherited from the parent would take work and never
+    # run it. The child starts pools of its own when it needs them.
+    global _lock
+    _lock = threading.Lock()
+    _pool.clear()
+
+
+if hasattr(os, 'register_at_fork'):
+    os.register_at_fork(after_in_child=_forget_pools_after_fork)
 
 
 def split_rows(fn, rows, nbytes):

@@ -154,3 +154,32 @@ def test_matmul_by_row_blocks_matches_numpy(op_threads, shapes):
         bt, at = numpy.swapaxes(b, -1, -2), numpy.swapaxes(a, -1, -2)
         numpy.testing.assert_allclose(_parallel.matmul(bt, at), bt @ at,
                                       rtol=1e-13)
+
+
+def _split_in_child(queue):
+    backend.cpu_kernel_threads = lambda: 2  # the child's own module state
+    _parallel._MIN_PRODUCT = 1
+    a = numpy.arange(12.0).reshape(4, 3)
+    queue.put(_parallel.over_chunks(lambda run: sum(run), [1, 2, 3, 4]) +
+              [float(_parallel.matmul(a, a.T).sum())])
+
+
+@pytest.mark.skipif(not hasattr(__import__('os'), 'fork'),
+                    reason='needs fork')
+def test_a_forked_child_runs_splits_on_threads_of_its_own(op_threads):
+    """The parent's pool threads do not exist in a forked child; work the
+    child hands out must still run (it hung before pools were dropped at
+    fork)."""
+    import multiprocessing
+    assert _parallel.over_chunks(lambda run: sum(run), [1, 2]) == [1, 2]
+    ctx = multiprocessing.get_context('fork')
+    queue = ctx.Queue()
+    child = ctx.Process(target=_split_in_child, args=(queue,))
+    child.start()
+    child.join(30)
+    alive = child.is_alive()
+    if alive:
+        child.kill()
+    assert not alive, 'the forked child hung on its inherited pool'
+    a = numpy.arange(12.0).reshape(4, 3)
+    assert queue.get(timeout=5) == [3, 7, float((a @ a.T).sum())]
