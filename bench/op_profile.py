@@ -10,10 +10,12 @@ the step: graph bookkeeping, the MomentumSGD update, Python.
 With ``--copies N`` the same profile is then taken with N copies running at
 once, each with one BLAS thread, as N ranks of ``bench/scaling.py`` run
 (without the allreduce): the growth per op shows what the copies compete
-for.
+for. With ``--lockstep`` the copies also start every step together (the
+driver waits until all are ready), as ranks do after each allreduce, so
+that they run the same phases at the same moment.
 
     PYTHONPATH=. python bench/op_profile.py [--batch 8] [--size 224]
-        [--steps 4] [--copies 2]
+        [--steps 4] [--copies 2] [--lockstep]
 """
 import argparse
 import collections
@@ -76,14 +78,34 @@ def worker(args):
     t = rng.integers(0, 1000, args.batch).astype(numpy.int32)
     opt.update(loss_and_accuracy, model, x, t)  # warm-up: page faults
     seconds.clear()
-    start = time.perf_counter()
+    total = 0.0
     for _ in range(args.steps):
+        if args.lockstep:  # wait for the driver's word, as ranks wait in
+            print('ready', flush=True)  # the allreduce before a step
+            sys.stdin.readline()
+        start = time.perf_counter()
         opt.update(loss_and_accuracy, model, x, t)
-    total = (time.perf_counter() - start) / args.steps
+        total += time.perf_counter() - start
+    total /= args.steps
     per_step = {k: v / args.steps for k, v in seconds.items()}
     per_step['other'] = total - sum(per_step.values())
     per_step['total'] = total
     print(json.dumps(per_step))
+
+
+def _lockstep(procs, steps):
+    """Before each step wait until every copy is ready, then let all go.
+    A copy that stops answering (it failed) ends the protocol; its exit
+    status tells the rest."""
+    for _ in range(steps):
+        if any(p.stdout.readline().strip() != 'ready' for p in procs):
+            return
+        try:
+            for p in procs:
+                p.stdin.write('go\n')
+                p.stdin.flush()
+        except BrokenPipeError:
+            return
 
 
 def run_copies(args, copies):
@@ -91,9 +113,14 @@ def run_copies(args, copies):
     cmd = [sys.executable, os.path.abspath(__file__), '--worker',
            '--batch', str(args.batch), '--size', str(args.size),
            '--steps', str(args.steps)]
+    if args.lockstep:
+        cmd.append('--lockstep')
     env = dict(os.environ, **ONE_THREAD)
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+    procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env)
              for _ in range(copies)]
+    if args.lockstep:
+        _lockstep(procs, args.steps)
     outs = [p.communicate()[0] for p in procs]
     if any(p.returncode for p in procs):
         raise SystemExit('op_profile.py: a worker failed (exit {})'.format(
@@ -108,6 +135,9 @@ def main():
     p.add_argument('--steps', type=int, default=4, help='timed steps')
     p.add_argument('--copies', type=int, default=2,
                    help='also profile this many copies at once (1: skip)')
+    p.add_argument('--lockstep', action='store_true',
+                   help='the copies start every step together, as MPI ranks '
+                        'do after each allreduce (default: free-running)')
     p.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -120,8 +150,9 @@ def main():
                 for k in alone}
         cols.append(('{} copies'.format(args.copies), mean))
     print('ResNet-50, batch {}, {} px, one BLAS thread; seconds per step '
-          '(mean of {} steps after a warm-up)'.format(args.batch, args.size,
-                                                      args.steps))
+          '(mean of {} steps after a warm-up){}'.format(
+              args.batch, args.size, args.steps,
+              '; the copies in lockstep' if args.lockstep else ''))
     print('{:<28}'.format('op') + ''.join('{:>10}'.format(c) for c, _ in cols)
           + ('   growth' if len(cols) > 1 else ''))
     ops = [k for k in alone if k not in ('other', 'total')]

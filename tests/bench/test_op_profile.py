@@ -25,3 +25,15 @@ def test_worker_accounts_for_the_whole_step():
     ops = sum(v for k, v in prof.items() if k not in ('other', 'total'))
     assert prof['other'] >= 0
     assert ops + prof['other'] == pytest.approx(prof['total'])
+
+
+def test_copies_in_lockstep_print_a_table():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / 'bench' / 'op_profile.py'), '--batch',
+         '1', '--size', '32', '--steps', '2', '--copies', '2', '--lockstep'],
+        capture_output=True, text=True, check=True, timeout=600,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert 'the copies in lockstep' in out.stdout
+    rows = {line.split()[0]: line.split()[1:] for line in
+            out.stdout.splitlines()[2:] if line.strip()}
+    assert float(rows['total'][0]) > 0 and float(rows['total'][1]) > 0
