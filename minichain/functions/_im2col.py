@@ -201,7 +201,7 @@ def _column_builder(x, g):
     for its next band; make one builder per thread and call."""
     c = x.shape[1]
     k, p = c * g.kh * g.kw, g.oh * g.ow
-    last = [None, None]  # image n0 and its padded windows
+    last = [None, None]  # images (n0, n1) and their padded windows
 
     def cols(n0, n1, rows):
         b = n1 - n0
@@ -211,13 +211,11 @@ def _column_builder(x, g):
                                         ).reshape(k, b * p)
         if b == 1 and is_pointwise(g):
             return x[n0].reshape(k, p)
-        if rows is None or last[0] != n0:
-            last[:] = n0, _padded_windows(x[n0:n1], g, 'pad')
+        if last[0] != (n0, n1):
+            last[:] = (n0, n1), _padded_windows(x[n0:n1], g, 'pad')
         r0, r1 = rows or (0, g.oh)
         col = _workspace('col', (c, g.kh, g.kw, b, r1 - r0, g.ow), x.dtype)
         numpy.copyto(col, last[1][..., r0:r1, :].transpose(1, 2, 3, 0, 4, 5))
-        if rows is None:
-            last[0] = None  # a chunk of several images: not kept
         return col.reshape(k, b * (r1 - r0) * g.ow)
     return cols
 

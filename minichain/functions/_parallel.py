@@ -15,7 +15,7 @@ about a sixth of a ResNet-50 step) stays serial. NumPy releases the GIL
 inside its loops over contiguous arrays, so cutting an array into row
 blocks and running the blocks on a few threads does use the other cores.
 The thread count there is
-:func:`minichain.backend.host_threads` (1 unless set with
+:func:`minichain.backend.host_threads` (the op's count unless set with
 :func:`minichain.backend.set_host_threads` or ``MINICHAIN_HOST_THREADS``;
 see there why). Only NumPy arrays come here; CuPy has its own kernels.
 """
