@@ -6,9 +6,10 @@ drift as much as the frameworks. Here each configuration (minichain, PyTorch,
 an MPI job of N ranks) is a worker process that stays up: it warms up, then
 runs one step whenever the driver asks. The driver asks each worker in
 turn and pauses between steps, so that BLAS and OpenMP threads still
-spinning after one step are asleep before the next one starts. Matching
-steps of two workers are then seconds apart, and the benches print the
-median over such pairs.
+spinning after one step are asleep before the next one starts; each round
+starts with the next worker, so that none always steps in the same place.
+Matching steps of two workers are then seconds apart, and the benches print
+the median over such pairs.
 
 Commands travel through named pipes, one per rank, rather than through a
 broadcast from rank 0: MPICH's waiting ranks poll at full speed, and a rank
@@ -173,16 +174,23 @@ class Worker:
         self.close()
 
 
-def take_turns(workers, steps, gap=0.3):
+def take_turns(workers, steps, gap=0.3, rotate=True):
     """Ask each worker for one step in turn, ``steps`` rounds.
+
+    With ``rotate``, round r starts with worker r (mod the count) and goes
+    on in order, so that over as many rounds as workers each one steps in
+    each position once: a step taken right after another kind of step (a
+    job on one core after one on two, say) may run faster or slower on this
+    VM, and a fixed order would hand that to the same worker every round.
 
     Returns:
         A list of rounds, each a dict {worker name: seconds}.
     """
     rounds = []
-    for _ in range(steps):
+    for r in range(steps):
+        k = r % len(workers) if rotate and workers else 0
         turn = {}
-        for w in workers:
+        for w in workers[k:] + workers[:k]:
             time.sleep(gap)  # let the last worker's spinning threads sleep
             turn[w.name] = w.step()
         rounds.append(turn)

@@ -122,3 +122,27 @@ def test_resnet50_step_rejects_a_bad_config():
          '--config', '8x224'], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert 'resnet50_step: --config wants BATCHxSIZE:STEM' in out.stderr
+
+
+class _Fake:
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+
+    def step(self):
+        self.log.append(self.name)
+        return 1.0
+
+
+def test_rounds_rotate_who_steps_first():
+    log = []
+    ws = [_Fake(n, log) for n in 'abc']
+    rounds = _interleave.take_turns(ws, 4, gap=0.0)
+    assert log == list('abc' 'bca' 'cab' 'abc')
+    assert rounds == [{'a': 1.0, 'b': 1.0, 'c': 1.0}] * 4
+
+
+def test_a_fixed_order_on_request():
+    log = []
+    ws = [_Fake(n, log) for n in 'ab']
+    _interleave.take_turns(ws, 2, gap=0.0, rotate=False)
+    assert log == list('abab')
