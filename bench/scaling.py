@@ -21,7 +21,12 @@ a fixed batch per rank, and prints:
 - the 1-minute load average as each run starts: other jobs on the cores
   slow the runs unevenly (PyTorch's threads, which wait for each other, most);
 - round by round, the efficiency and the ratio to PyTorch, and their
-  medians: the headline figures.
+  medians: the headline figures;
+- the ceiling: the largest rank count again, each rank stepping on its own
+  (no gradient averaging), started together by a barrier as the real ranks
+  are. Its efficiency is what that many busy cores allow on this machine
+  (they share caches and memory bandwidth); the gap down to the real
+  efficiency is what the averaging costs (``--no-ceiling`` skips it).
 
 Every configuration (each rank count, PyTorch) is a live worker that warms
 up once and then takes one step per round, in turns (``_interleave.py``):
@@ -86,14 +91,16 @@ def run_rank(args):
     from models.resnet import ResNet, loss_and_accuracy
     comm = dist.create_communicator(args.communicator)
     model = ResNet(args.arch, 1000, args.stem)
-    opt = dist.create_multi_node_optimizer(
-        optimizers.MomentumSGD(lr=0.01, momentum=0.9), comm).setup(model)
+    opt = optimizers.MomentumSGD(lr=0.01, momentum=0.9)
+    if not args.no_comm:  # else each rank steps on its own gradients
+        opt = dist.create_multi_node_optimizer(opt, comm)
+    opt.setup(model)
     rng = numpy.random.default_rng(comm.rank)
     x = rng.standard_normal((args.batch, 3, args.size, args.size),
                             dtype=numpy.float32)
     t = rng.integers(0, 1000, args.batch).astype(numpy.int32)
-    opt.update(loss_and_accuracy, model, x, t)  # broadcasts only
-    timer = _TimedComm(comm)
+    opt.update(loss_and_accuracy, model, x, t)  # multi-node: broadcasts only
+    timer = None if args.no_comm else _TimedComm(comm)
     steps, cpu = [], []
 
     def step():
@@ -106,8 +113,10 @@ def run_rank(args):
 
     def finish():
         n = args.warmup
-        mine = {'step': steps[n:], 'cpu': cpu[n:], 'wait': timer.wait[n:],
-                'mean': timer.mean[n:],
+        zeros = [0.0] * len(steps)
+        mine = {'step': steps[n:], 'cpu': cpu[n:],
+                'wait': (timer.wait if timer else zeros)[n:],
+                'mean': (timer.mean if timer else zeros)[n:],
                 'rss_mib': resource.getrusage(
                     resource.RUSAGE_SELF).ru_maxrss / 1024.0}
         ranks = comm.mpi_comm.gather(mine, root=0)
@@ -155,8 +164,10 @@ def mpiexec_for(python):
     return found
 
 
-def launch(n, args, python):
-    """A warmed-up MPI job of ``n`` ranks serving steps (a Worker)."""
+def launch(n, args, python, no_comm=False):
+    """A warmed-up MPI job of ``n`` ranks serving steps (a Worker); with
+    ``no_comm`` the ranks skip the gradient averaging (the ceiling), and
+    the worker is named 'ceiling' instead of ``n``."""
     env = dict(os.environ, **ONE_THREAD)
     env['PYTHONPATH'] = os.pathsep.join(
         [ROOT] + [p for p in [env.get('PYTHONPATH')] if p])
@@ -164,8 +175,10 @@ def launch(n, args, python):
         __file__), '--rank', '--arch', args.arch, '--batch', str(args.batch),
         '--size', str(args.size), '--stem', args.stem, '--warmup',
         str(args.warmup), '--communicator', args.communicator]
-    return _interleave.Worker(n, cmd, ranks=n, env=env,
-                              timeout=args.timeout)
+    if no_comm:
+        cmd.append('--no-comm')
+    return _interleave.Worker('ceiling' if no_comm else n, cmd, ranks=n,
+                              env=env, timeout=args.timeout)
 
 
 def launch_torch(args, batch, threads):
@@ -190,7 +203,7 @@ def summarize(n, batch, res):
     # Averaged over ranks (of each rank's median): only the faster waits.
     wait = statistics.fmean(statistics.median(r['wait']) for r in ranks)
     mean = statistics.fmean(statistics.median(r['mean']) for r in ranks)
-    bus = (res['grad_bytes'] * 2 * (n - 1) / n / mean) if n > 1 else 0.0
+    bus = (res['grad_bytes'] * 2 * (n - 1) / n / mean) if mean > 0 else 0.0
     return {'n': n, 'step': step, 'cpu': cpu, 'img_s': n * batch / step,
             'wait': wait, 'mean': mean, 'bus_GBps': bus / 1e9,
             'rss_mib': max(r['rss_mib'] for r in ranks),
@@ -202,13 +215,17 @@ def measure(args, counts, python, use_torch):
     one step each, ``args.repeat`` times (fresh workers each time).
 
     Returns:
-        (rows, torch_row, rounds): a summary per rank count over all timed
-        steps, PyTorch's ``(median s/step, threads, peak MiB)`` or None, and
-        each round's images per second by configuration ({n: ..., 'torch':
-        ...}): the figures of one round are seconds apart.
+        (rows, torch_row, rounds, ceiling): a summary per rank count over
+        all timed steps, PyTorch's ``(median s/step, threads, peak MiB)`` or
+        None, each round's images per second by configuration ({n: ...,
+        'torch': ..., 'ceiling': ...}: the figures of one round are seconds
+        apart), and the ceiling's summary or None.
     """
     threads = args.torch_threads or max(counts)
     gbatch = max(counts) * args.batch
+    images = dict({n: n * args.batch for n in counts}, torch=gbatch,
+                  ceiling=gbatch)
+    use_ceiling = args.ceiling and max(counts) > 1
     merged, torch_times, torch_rss, rounds = {}, [], 0.0, []
     for _ in range(args.repeat):
         load = os.getloadavg()[0]
@@ -216,6 +233,8 @@ def measure(args, counts, python, use_torch):
         try:
             for n in counts:
                 workers.append(launch(n, args, python))
+            if use_ceiling:
+                workers.append(launch(max(counts), args, python, True))
             if use_torch:
                 workers.append(launch_torch(args, gbatch, threads))
             turns = _interleave.take_turns(workers, args.steps, args.gap)
@@ -223,19 +242,20 @@ def measure(args, counts, python, use_torch):
         finally:
             for w in workers:
                 w.close()
-        for n in counts:
+        for n in counts + (['ceiling'] if use_ceiling else []):
             _merge(merged, n, results[n], load)
         if use_torch:
             torch_times += [t['torch'] for t in turns]
             torch_rss = max(torch_rss, results['torch']['rss_mib'])
         for t in turns:
-            rounds.append({k: (gbatch if k == 'torch' else k * args.batch) / v
-                           for k, v in t.items()})
+            rounds.append({k: images[k] / v for k, v in t.items()})
     rows = [dict(summarize(n, args.batch, merged[n]), load=merged[n]['load'])
             for n in counts]
     torch_row = ((statistics.median(torch_times), threads, torch_rss)
                  if use_torch else None)
-    return rows, torch_row, rounds
+    ceiling = (summarize(max(counts), args.batch, merged['ceiling'])
+               if use_ceiling else None)
+    return rows, torch_row, rounds, ceiling
 
 
 def _merge(merged, n, res, load):
@@ -251,7 +271,8 @@ def _merge(merged, n, res, load):
 
 
 def report_rounds(counts, rounds):
-    """Each round's efficiency (and ratio to PyTorch), and their medians."""
+    """Each round's efficiency (and ratio to PyTorch, and the ceiling with
+    what the averaging costs below it), and their medians."""
     base, last = counts[0], counts[-1]
 
     def line(values, fmt):
@@ -263,13 +284,19 @@ def report_rounds(counts, rounds):
     eff = [100 * t[last] / (last / base * t[base]) for t in rounds]
     print('efficiency at {} ranks, round by round: {}'.format(
         last, line(eff, '{:.1f}%')))
+    if all('ceiling' in t for t in rounds):
+        top = [100 * t['ceiling'] / (last / base * t[base]) for t in rounds]
+        print('ceiling ({} ranks, no averaging), round by round: {}'.format(
+            last, line(top, '{:.1f}%')))
+        print('what the averaging costs, round by round: {}'.format(
+            line([c - e for c, e in zip(top, eff)], '{:.1f} pt')))
     if all('torch' in t for t in rounds):
         ratio = [t[last] / t['torch'] for t in rounds]
         print('ratio minichain ({} ranks) / PyTorch, round by round: {}'
               .format(last, line(ratio, '{:.2f}x')))
 
 
-def report(args, rows, torch_row):
+def report(args, rows, torch_row, ceiling=None):
     """Print the table and the summary lines."""
     print('{:>5} {:>8} {:>7} {:>6} {:>7} {:>7} {:>6} {:>7} {:>8} {:>6} {:>5}'
           .format('ranks', 's/step', 'img/s', 'eff', 'comm', 'allred',
@@ -291,6 +318,13 @@ def report(args, rows, torch_row):
                                           base['n']))
     print('by CPU time per step (as if each rank had a core to itself): '
           '{:.1f}%'.format(100 * last['eff_cpu']))
+    if ceiling is not None:
+        top = ceiling['img_s'] / (ceiling['n'] / base['n'] * base['img_s'])
+        print('ceiling: {:.1f}% for the same {} ranks without the gradient '
+              'averaging ({:.3f} s/step): what {} busy cores allow here; the '
+              'averaging costs {:.1f} points'.format(
+                  100 * top, ceiling['n'], ceiling['step'], ceiling['n'],
+                  100 * (top - last['eff'])))
     print('gradient communication: {:.1f}% of a step at {} ranks ({:.3f} s '
           'allreduce of {:,} B + {:.3f} s waiting for the slower rank)'
           .format(100 * (last['mean'] + last['wait']) / last['step'],
@@ -324,9 +358,12 @@ def main():
     p.add_argument('--torch-threads', type=int,
                    help='default: the largest rank count')
     p.add_argument('--no-torch', action='store_true')
+    p.add_argument('--no-ceiling', dest='ceiling', action='store_false',
+                   help='skip the ranks without gradient averaging')
     p.add_argument('--timeout', type=float, default=900,
                    help='seconds to wait for any one answer of a worker')
     p.add_argument('--rank', action='store_true', help=argparse.SUPPRESS)
+    p.add_argument('--no-comm', action='store_true', help=argparse.SUPPRESS)
     p.add_argument('--torch-worker', action='store_true',
                    help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -344,8 +381,9 @@ def main():
     print('ranks run {} and {}'.format(python, mpiexec_for(python)),
           flush=True)
     use_torch = not args.no_torch and have_torch()
-    rows, torch_row, rounds = measure(args, counts, python, use_torch)
-    report(args, rows, torch_row)
+    rows, torch_row, rounds, ceiling = measure(args, counts, python,
+                                               use_torch)
+    report(args, rows, torch_row, ceiling)
     report_rounds(counts, rounds)
     if not use_torch and not args.no_torch:
         print('PyTorch is not importable by {}: no comparison (run with '

@@ -27,3 +27,29 @@ def test_no_torch_line_without_pytorch(capsys):
     scaling.report_rounds([1, 2], [{1: 1.0, 2: 2.0}, {1: 1.0, 2: 1.5}])
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 1 and out[0].endswith('(median 87.5%, 75.0%-100.0%)')
+
+
+def test_ceiling_rounds_and_what_averaging_costs(capsys):
+    # The ceiling (2 ranks, no averaging) gets 1.96x, 1.9x, 2.0x one rank.
+    history = [{1: 10.0, 2: 19.0, 'ceiling': 19.6},
+               {1: 5.0, 2: 9.0, 'ceiling': 9.5},
+               {1: 10.0, 2: 20.0, 'ceiling': 20.0}]
+    scaling.report_rounds([1, 2], history)
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == ('ceiling (2 ranks, no averaging), round by round: '
+                      '98.0%, 95.0%, 100.0% (median 98.0%, 95.0%-100.0%)')
+    assert out[2] == ('what the averaging costs, round by round: 3.0 pt, '
+                      '5.0 pt, 0.0 pt (median 3.0 pt, 0.0 pt-5.0 pt)')
+
+
+def test_report_prints_the_ceiling_against_the_efficiency(capsys):
+    def row(n, step):
+        return {'n': n, 'step': step, 'cpu': step, 'img_s': n * 8 / step,
+                'wait': 0.0, 'mean': 0.0, 'bus_GBps': 0.0, 'rss_mib': 1.0,
+                'grad_bytes': 4, 'load': 0.0}
+    rows = [row(1, 2.0), row(2, 2.2)]  # 2 / 2.2: 90.9%
+    scaling.report(None, rows, None, ceiling=row(2, 2.1))  # 95.2%
+    out = capsys.readouterr().out
+    assert ('ceiling: 95.2% for the same 2 ranks without the gradient '
+            'averaging (2.100 s/step): what 2 busy cores allow here; the '
+            'averaging costs 4.3 points') in out
