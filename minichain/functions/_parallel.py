@@ -78,14 +78,7 @@ def split_rows(fn, rows, nbytes):
     if n < 2:
         fn(slice(0, rows))
         return
-    bounds = [rows * i // n for i in range(n + 1)]
-    blocks = [slice(bounds[i], bounds[i + 1]) for i in range(n)]
-    futures = [_executor(n - 1).submit(fn, s) for s in blocks[1:]]
-    try:
-        fn(blocks[0])
-    finally:
-        for f in futures:
-            f.result()
+    _run_shares(fn, _even_slices(rows, n))
 
 
 def elementwise(kernel, out, *arrays):
@@ -112,6 +105,12 @@ def product_threads():
     if getattr(_local, 'busy', False):
         return 1
     return backend.cpu_kernel_threads()
+
+
+def _even_slices(length, n):
+    """``n`` contiguous slices of near-equal length covering range(length)."""
+    bounds = [length * i // n for i in range(n + 1)]
+    return [slice(bounds[i], bounds[i + 1]) for i in range(n)]
 
 
 def _share(fn, arg):
@@ -151,9 +150,8 @@ def over_chunks(fn, chunks):
     n = min(product_threads(), len(chunks))
     if n < 2:
         return [fn(list(chunks))]
-    bounds = [len(chunks) * i // n for i in range(n + 1)]
-    return _run_shares(fn, [list(chunks[bounds[i]:bounds[i + 1]])
-                            for i in range(n)])
+    return _run_shares(fn, [list(chunks[s])
+                            for s in _even_slices(len(chunks), n)])
 
 
 def matmul(a, b, out=None):
@@ -178,7 +176,6 @@ def matmul(a, b, out=None):
     if out is None:
         out = numpy.empty(a.shape[:-1] + b.shape[-1:],
                           numpy.result_type(a, b))
-    bounds = [rows * i // n for i in range(n + 1)]
     _run_shares(lambda s: numpy.matmul(a[..., s, :], b, out=out[..., s, :]),
-                [slice(bounds[i], bounds[i + 1]) for i in range(n)])
+                _even_slices(rows, n))
     return out
