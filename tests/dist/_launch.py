@@ -1,7 +1,6 @@
 """Launch worker scripts under the project's mpiexec from pytest."""
 import collections
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -9,15 +8,18 @@ import time
 
 import pytest
 
+from minichain.dist import launcher
+
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'workers')
 
 Result = collections.namedtuple('Result', 'returncode output elapsed timed_out')
 
 
 def mpiexec_path():
-    """The mpiexec next to this Python (the venv's MPICH), else on PATH."""
-    here = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
-    return here if os.path.exists(here) else shutil.which('mpiexec')
+    """The launcher program (``$MINICHAIN_MPIEXEC``, else the venv's
+    MPICH, else ``mpiexec`` on PATH), or None."""
+    found = launcher.find_mpiexec()
+    return found[0] if found else None
 
 
 def require_mpi():
@@ -25,7 +27,7 @@ def require_mpi():
     pytest.importorskip('mpi4py', reason='mpi4py is not installed '
                         '(pip install "minichain[mpi]")')
     if mpiexec_path() is None:
-        pytest.skip('no mpiexec found (pip install mpich)')
+        pytest.skip(launcher.INSTALL_HINT)
 
 
 def run_mpi(n, script, *args, timeout=60, env=None):
@@ -38,8 +40,8 @@ def run_mpi(n, script, *args, timeout=60, env=None):
                     PYTHONUNBUFFERED='1')
     full_env.pop('MINICHAIN_NO_ABORT', None)
     full_env.update(env or {})
-    cmd = [mpiexec_path(), '-n', str(n), sys.executable,
-           os.path.join(WORKERS, script)] + [str(a) for a in args]
+    cmd = launcher.mpiexec_command(n) + [
+        sys.executable, os.path.join(WORKERS, script)] + [str(a) for a in args]
     for _ in range(3):
         res = _run_once(cmd, full_env, timeout)
         # Hydra (MPICH's launcher) has once exited 1 without a word 0.25 s
