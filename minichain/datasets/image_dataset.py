@@ -90,6 +90,15 @@ class LabeledImageDataset(DatasetMixin):
     def __len__(self):
         return len(self._pairs)
 
+    def __getstate__(self):  # picklable for loader workers: Pillow is a module
+        state = dict(self.__dict__)
+        del state['_image']
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._image = _import_pil(type(self).__name__)
+
     @property
     def n_skipped(self):
         """How many distinct images were skipped so far."""
