@@ -8,10 +8,14 @@ collective ``agree`` so that all ranks stop together.
   ``scatter_dataset`` sends each rank its shard (ChainerMN's way).
 * ImageNet (``DIR/train/<class>/*``, ``DIR/val/<class>/*``): every rank lists
   the folders itself and ``scatter_index`` gives it its share of the file
-  list; images are decoded lazily, the shorter side resized to
-  ``crop * 256 / 224``, then cropped (random + flip for training, center
-  for validation) and normalized per channel in the converter.
+  list; images are decoded lazily (in ``--loaderjob`` worker processes, or
+  in the training process) and their shorter side resized to
+  ``crop * 256 / 224`` as 8-bit pixels; the converter, in the training
+  process, crops them (random + flip for training, center for validation)
+  and normalizes them per channel, so that the crops follow the iteration
+  whatever decoded the images.
 """
+import collections
 import os
 import warnings
 
@@ -20,8 +24,8 @@ import numpy
 import minichain
 from minichain import dist
 from minichain.dataset import DatasetMixin, concat_examples
-from minichain.datasets import (ImageFolderDataset, TransformDataset,
-                                TupleDataset, get_fashion_mnist)
+from minichain.datasets import (ImageFolderDataset, TupleDataset,
+                                get_fashion_mnist)
 
 FASHION_MEAN, FASHION_STD = 0.2860, 0.3530
 IMAGENET_MEAN = numpy.array([0.485, 0.456, 0.406], numpy.float32) * 255
@@ -107,22 +111,30 @@ def _arrays(args):
             _subset(test, args.val_subset, args.seed + 1, 'val'), 10, 1)
 
 
-class _Indexed(DatasetMixin):
-    """``ds[i] == base[indices[i]]``."""
+Unreadable = collections.namedtuple('Unreadable', 'index')
 
-    def __init__(self, base, indices):
+
+class _Shard(DatasetMixin):
+    """``shard[i]``: image ``indices[i]`` of ``base`` resized by ``_resize``.
+    An unreadable image is ``Unreadable(indices[i])``, so that the
+    converter counts each one once, also when a loader worker read it."""
+
+    def __init__(self, base, indices, side):
         self.base, self.indices = base, numpy.asarray(indices)
+        self.side = side
 
     def __len__(self):
         return len(self.indices)
 
     def get_example(self, i):
-        return self.base[int(self.indices[i])]
+        index = int(self.indices[i])
+        example = _resize(self.base[index], self.side)
+        return Unreadable(index) if example is None else example
 
 
 def _resize(example, side):
-    """Scale the shorter side of a (C, H, W) image to ``side`` (None, for an
-    unreadable image, passes through)."""
+    """Scale the shorter side of a (C, H, W) 8-bit image to ``side`` (None,
+    for an unreadable image, passes through)."""
     if example is None:
         return None
     image, label = example
@@ -132,8 +144,8 @@ def _resize(example, side):
         size = (max(side, round(w * side / min(h, w))),
                 max(side, round(h * side / min(h, w))))
         pil = Image.fromarray(image.transpose(1, 2, 0).astype(numpy.uint8))
-        image = numpy.asarray(pil.resize(size, Image.BILINEAR),
-                              numpy.float32).transpose(2, 0, 1)
+        image = numpy.asarray(pil.resize(size, Image.BILINEAR)).transpose(
+            2, 0, 1)
     return image, label
 
 
@@ -154,7 +166,8 @@ def _image_folders(args):
         try:
             with warnings.catch_warnings():  # empty classes: an error below
                 warnings.simplefilter('ignore')
-                ds = ImageFolderDataset(folder, on_error='skip')
+                ds = ImageFolderDataset(folder, numpy.uint8,
+                                        on_error='skip')
         except (OSError, ValueError, ImportError) as e:
             raise UserError(e)
         counts = numpy.bincount([t for _, t in ds.pairs],
@@ -174,12 +187,14 @@ def _image_folders(args):
 
 class CropConverter:
     """Crop (random with a flip when ``train``, else central) and normalize
-    each image, leave out unreadable ones (None), batch with
-    ``concat_examples``. ``reseed`` restarts the random crops."""
+    each image, leave out unreadable ones (None, or ``Unreadable`` whose
+    index is kept in ``unreadable``), batch with ``concat_examples``.
+    ``reseed`` restarts the random crops."""
 
     def __init__(self, crop, train):
         self.crop, self.train = crop, train
         self.rng = numpy.random.default_rng(0)
+        self.unreadable = set()
 
     def reseed(self, seed):
         self.rng = numpy.random.default_rng(seed)
@@ -187,7 +202,9 @@ class CropConverter:
     def __call__(self, batch, device=None):
         out, c = [], self.crop
         for example in batch:
-            if example is None:
+            if isinstance(example, Unreadable):
+                self.unreadable.add(example.index)
+            if example is None or isinstance(example, Unreadable):
                 continue
             image, label = example
             _, h, w = image.shape
@@ -223,12 +240,11 @@ def load(args, comm, agree):
             args.val_subset, len(val))
         mine_val = dist.scatter_index(n_val, comm, force_equal_length=False)
         side = round(args.image_size * 256 / 224)
-        shards = [TransformDataset(_Indexed(ds, idx),
-                                   lambda ex: _resize(ex, side))
+        shards = [_Shard(ds, idx, side)
                   for ds, idx in ((train, mine), (val, mine_val))]
-        converters = (CropConverter(args.image_size, True),
-                      CropConverter(args.image_size, False),
-                      lambda: train.n_skipped + val.n_skipped)
+        crops = (CropConverter(args.image_size, True),
+                 CropConverter(args.image_size, False))
+        converters = crops + (lambda: sum(len(c.unreadable) for c in crops),)
         return shards[0], shards[1], len(train.classes), 3, converters
     data = agree(comm, _arrays, args) if comm.rank == 0 else agree(
         comm, lambda: None)

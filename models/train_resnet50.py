@@ -42,6 +42,7 @@ from minichain import backend, dist, initializers  # noqa: E402
 from minichain import links as L  # noqa: E402
 from minichain import optimizer_hooks, optimizers, serializers  # noqa
 from minichain import training  # noqa: E402
+from minichain.iterators import MultiprocessIterator  # noqa: E402
 from minichain.iterators import SerialIterator  # noqa: E402
 from minichain.training import extensions  # noqa: E402
 from models import train_data  # noqa: E402
@@ -102,6 +103,10 @@ def parse_args(argv=None):
     a('--val-subset', type=int, help='evaluate on a random N-image subset')
     a('--image-size', type=int, help='crop size (ImageNet, default 224) or '
       'side of the synthetic images (default 32)')
+    a('--loaderjob', '-j', type=int, help='worker processes per rank that '
+      'read (decode) the images; 0 reads them in the training process. '
+      "Default: for ImageNet on a GPU, the rank's share of the cores but one, "
+      'else 0')
     args = p.parse_args(argv)
     # epochs, lr per 256 images, warm-up epochs, stem, training subset
     defaults = {'fashion-mnist': (1.0, 0.4, 0.1, 'small2', FASHION_SUBSET),
@@ -126,6 +131,9 @@ def parse_args(argv=None):
         if value is not None and not value > 0:
             raise UserError('--{} must be positive, got {}'.format(name, value),
                             status=2)
+    if args.loaderjob is not None and args.loaderjob < 0:
+        raise UserError('--loaderjob must be at least 0, got {}'.format(
+            args.loaderjob), status=2)
     if args.warmup < 0 or args.momentum < 0 or args.weight_decay < 0:
         raise UserError('--warmup, --momentum and --weight-decay must not be '
                         'negative', status=2)
@@ -180,9 +188,7 @@ def setup(args, comm):
         opt.add_hook(optimizer_hooks.WeightDecay(args.weight_decay))
     comm.bcast_data(model)        # start equal, so that every update steps
     opt.needs_broadcast = False
-    train_iter = SerialIterator(train, args.batchsize, seed=args.seed)
-    val_iter = SerialIterator(val, args.val_batchsize, repeat=False,
-                              shuffle=False)
+    train_iter, val_iter = iterators(args, comm, train, val)
     updater = TimedUpdater(train_iter, opt, converter=converters[0],
                            device=device,
                            images_per_update=global_batch, seed=args.seed,
@@ -214,6 +220,29 @@ def setup(args, comm):
     if args.resume:
         agree(comm, _resume, snap, args.resume, trainer)
     return trainer, evaluator, snap, stop, peak
+
+
+def iterators(args, comm, train, val):
+    """The training and validation iterators: SerialIterator, or with
+    ``--loaderjob N`` a MultiprocessIterator (same batches and snapshot
+    keys) whose N workers decode while the step runs. By default only
+    ImageNet on a GPU uses workers, one per core of the rank's share but
+    the training process's: array data has nothing to decode, and on the
+    CPU the step already keeps every core of the rank busy."""
+    jobs = args.loaderjob
+    if jobs is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(
+            os, 'sched_getaffinity') else (os.cpu_count() or 1)
+        jobs = max(1, cores // comm.intra_size - 1) if (
+            args.data == 'imagenet' and args.device == 'gpu') else 0
+    if not jobs:
+        return (SerialIterator(train, args.batchsize, seed=args.seed),
+                SerialIterator(val, args.val_batchsize, repeat=False,
+                               shuffle=False))
+    return (MultiprocessIterator(train, args.batchsize, seed=args.seed,
+                                 n_processes=jobs, n_prefetch=2),
+            MultiprocessIterator(val, args.val_batchsize, repeat=False,
+                                 shuffle=False, n_processes=jobs))
 
 
 def _resume(snap, path, trainer):
@@ -258,8 +287,12 @@ def run(args, comm):
     trainer, evaluator, snap, stop, peak = setup(args, comm)
     n_val = comm.allreduce_obj(len(evaluator.get_iterator().dataset))
     if comm.rank == 0:
-        print('{} training images per rank, {} validation images in all'
-              .format(len(trainer.updater.get_iterator().dataset), n_val))
+        it = trainer.updater.get_iterator()
+        print('{} training images per rank, {} validation images in all{}'
+              .format(len(it.dataset), n_val, '; {} loader process{} per '
+                      'rank'.format(it.n_processes, '' if it.n_processes == 1
+                                    else 'es') if isinstance(
+                          it, MultiprocessIterator) else ''))
         print('peak lr {:.4g} ({} x {} / 256), {} warm-up, {} decay; output '
               'in {}'.format(peak, args.lr, args.batchsize * comm.size,
                              args.warmup, args.schedule, args.out), flush=True)

@@ -212,15 +212,28 @@ def test_synthetic_run_sigterm_and_resume_equal_uninterrupted(tmp_path):
 
 
 @pytest.mark.mpi
-def test_imagenet_layout_run_skips_corrupt_images(tmp_path):
+def test_imagenet_layout_run_skips_corrupt_images_with_loader_workers(
+        tmp_path):
     root = image_tree(tmp_path, per_class=6)
-    rc, out, err = run(2, ['--data', 'imagenet', '--data-dir', root,
-                           '--epoch', '1', '--out', tmp_path / 'out'] + SMALL
-             + ['--batchsize', '3'])  # >= 2 left when bad.png is dropped
-    assert rc == 0, out + err
-    assert 'cannot decode image' in err and 'bad.png' in err
-    log = json.loads((tmp_path / 'out' / 'log').read_text())
-    assert log[-1]['skipped_images'] == 1
+    models = []
+    for jobs in (0, 1):  # 0: decoded in the training process (the default)
+        folder = tmp_path / 'out{}'.format(jobs)
+        rc, out, err = run(2, ['--data', 'imagenet', '--data-dir', root,
+                               '--epoch', '1', '--out', folder] + SMALL
+                           + ['--batchsize', '3',  # >= 2 left without bad.png
+                              '--loaderjob', jobs])
+        assert rc == 0, out + err
+        assert ('1 loader process per rank' in out) == (jobs == 1), out
+        assert 'cannot decode image' in err and 'bad.png' in err
+        assert 'Traceback' not in err
+        log = json.loads((folder / 'log').read_text())
+        assert log[-1]['skipped_images'] == 1
+        snapshots = sorted(folder.glob('snapshot_iter_*'))
+        models.append(model_arrays(snapshots[-1]))
+    assert sorted(models[0]) == sorted(models[1]) and len(models[0]) > 50
+    for k in models[0]:  # the same batches and crops: the same weights
+        numpy.testing.assert_array_equal(models[1][k], models[0][k],
+                                         err_msg=k)
 
 
 BAD = {
@@ -231,6 +244,7 @@ BAD = {
     'batch > shard': (['--data', 'synthetic', '--train-subset', '8',
                        '--batchsize', '16'], 'larger than each rank'),
     'batch < 1': (['--batchsize', '0'], '--batchsize must be at least 1'),
+    'loaderjob < 0': (['--loaderjob', '-1'], '--loaderjob must be at least 0'),
     'unknown arch': (['--arch', 'resnet51'], "invalid choice: 'resnet51'"),
     'missing snapshot': (['--data', 'synthetic', '--resume', '{tmp}/nope'],
                          'cannot read snapshot'),
