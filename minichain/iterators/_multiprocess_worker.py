@@ -139,6 +139,33 @@ def describe(error):
     return data, type(error).__name__, ' '.join(str(error).split()), text
 
 
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in a worker (as text)."""
+
+    def __str__(self):
+        return '\n' + self.args[0]
+
+
+def rebuild_error(name, index, number, error):
+    """The exception ``describe`` sent from worker ``number`` for example
+    ``index``, for the iterator called ``name`` to raise: the same type
+    when it takes one message, else RuntimeError; one line naming the
+    iterator and the index; the worker's traceback as its cause."""
+    data, type_name, message, text = error
+    message = '{}: example {} of the dataset (worker {}): {}'.format(
+        name, index, number, message)
+    exc = None
+    if data is not None:
+        try:
+            exc = type(pickle.loads(data))(message)
+        except Exception:  # noqa: BLE001 (a type that wants more arguments)
+            exc = None
+    if exc is None:
+        exc = RuntimeError('{} ({})'.format(message, type_name))
+    exc.__cause__ = RemoteTraceback(text)
+    return exc
+
+
 def _travel(example, block, base, limit):
     """``('s', pickled skeleton)`` when the arrays fit the region, else
     ``('p', bytes the arrays need, pickled example)``."""

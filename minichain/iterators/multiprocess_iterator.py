@@ -30,51 +30,31 @@ must be picklable (module-level functions or ``functools.partial`` in place
 of lambdas). ``start_method='fork'`` remains for datasets that cannot be
 pickled, in programs that use neither MPI nor a GPU.
 
-Shutdown: ``finalize()`` (also at the end of ``Trainer.run``, on ``with``
-exit, on garbage collection and at interpreter exit) asks every worker to
-stop, then kills those still busy after a second, and waits for all, so
-no process is left behind. Workers ignore SIGINT and SIGTERM (a Ctrl-C or a
-batch system signals the whole process group; the training process decides
-what to do), and leave by themselves when the training process is gone
-(their pipe closes), also after a SIGKILL.
+Shutdown and dead workers: see ``_worker_pool``.
 """
-import atexit
 import collections
 import copy
 import mmap
 import multiprocessing
-import multiprocessing.connection
-import multiprocessing.util  # noqa: F401 (its atexit hook must come first)
 import numbers
 import os
 import pickle
-import signal
 import time
 import warnings
-import weakref
 
 from minichain.dataset.iterator import Iterator
 from minichain.iterators import _multiprocess_worker as _worker
+from minichain.iterators import _worker_pool
 from minichain.iterators.serial_iterator import SerialIterator, _random_seed
 from minichain.serializers.base import Deserializer
 
 __all__ = ['MultiprocessIterator', 'TimeoutWarning']
 
 _NAME = 'MultiprocessIterator'
-_GRACE = 1.0  # seconds a stopping worker may finish its share
-_live = weakref.WeakSet()
-_atexit = {'registered': False}
 
 
 class TimeoutWarning(RuntimeWarning):
     """A batch has waited for its examples longer than ``dataset_timeout``."""
-
-
-class _RemoteTraceback(Exception):
-    """The traceback of an exception raised in a worker (as text)."""
-
-    def __str__(self):
-        return '\n' + self.args[0]
 
 
 def _check_int(name, value, minimum):
@@ -101,27 +81,9 @@ class _Batch:
         self.error, self.stale = None, False
 
 
-def _stop(workers):
-    """Ask ``workers`` (``[(process, conn)]``) to stop, kill the ones still
-    running after the grace period, and reap them all."""
-    for _, conn in workers:
-        try:
-            conn.send(None)
-        except OSError:
-            pass
-        conn.close()
-    deadline = time.monotonic() + _GRACE
-    for process, _ in workers:
-        process.join(max(0.0, deadline - time.monotonic()))
-        if process.exitcode is None:
-            process.kill()
-            process.join()
-    workers.clear()
-
-
-def _stop_all():
-    for it in list(_live):
-        it.finalize()
+def _shown(name, doc):
+    """A read-only attribute of the SerialIterator of batches handed out."""
+    return property(lambda self: getattr(self._shown, name), doc=doc)
 
 
 class MultiprocessIterator(Iterator):
@@ -191,7 +153,7 @@ class MultiprocessIterator(Iterator):
         seed = _random_seed() if seed is None else int(seed)
         self._shown = SerialIterator(range(len(dataset)), self.batch_size,
                                      repeat, shuffle, seed)
-        self._workers = []      # [(process, conn)]; empty until first batch
+        self._pool = None       # the workers, from the first batch on
         self._inflight = collections.deque()   # live batches, oldest first
         self._stale = []        # dropped batches whose shares are still out
         self._tasks = {}        # task id -> (batch, positions)
@@ -203,26 +165,19 @@ class MultiprocessIterator(Iterator):
         self._registry = {}     # for warnings relayed from the workers
         self._at_start = True
         self._restart_plan()
-        self._finalizer = weakref.finalize(self, _stop, self._workers)
 
     # -- SerialIterator's state, of the batches handed out --------------------
-    repeat = property(lambda self: self._shown.repeat,
-                      doc='Whether the iterator loops forever.')
-    shuffle = property(lambda self: self._shown.shuffle,
-                       doc='Whether each epoch is shuffled.')
-    seed = property(lambda self: self._shown.seed, doc='The shuffling seed.')
-    epoch = property(lambda self: self._shown.epoch,
-                     doc='Number of completed epochs.')
-    is_new_epoch = property(lambda self: self._shown.is_new_epoch,
-                            doc='True just after the batch that completed an '
-                            'epoch.')
-    current_position = property(lambda self: self._shown.current_position,
-                                doc='Position inside the current epoch.')
-    epoch_detail = property(lambda self: self._shown.epoch_detail,
-                            doc='``epoch + position / len``.')
-    previous_epoch_detail = property(
-        lambda self: self._shown.previous_epoch_detail,
-        doc='``epoch_detail`` before the last batch (None before the first).')
+    repeat = _shown('repeat', 'Whether the iterator loops forever.')
+    shuffle = _shown('shuffle', 'Whether each epoch is shuffled.')
+    seed = _shown('seed', 'The shuffling seed.')
+    epoch = _shown('epoch', 'Number of completed epochs.')
+    is_new_epoch = _shown('is_new_epoch', 'True just after the batch that '
+                          'completed an epoch.')
+    current_position = _shown('current_position', 'Position in the epoch.')
+    epoch_detail = _shown('epoch_detail', '``epoch + position / len``.')
+    previous_epoch_detail = _shown('previous_epoch_detail', '``epoch_detail``'
+                                   ' before the last batch (None before the '
+                                   'first).')
 
     def reset(self):
         """Go back to the start of epoch 0 (batches already read ahead for
@@ -271,8 +226,37 @@ class MultiprocessIterator(Iterator):
             raise ValueError('{}: the dataset is empty'.format(_NAME))
         if not self._shown.repeat and self._shown.epoch > 0:
             raise StopIteration
-        if not self._workers:
-            self._start()
+        try:
+            batch = self._wait_first()
+            examples = [] if batch.error else [
+                self._unpack(batch, position, item)
+                for position, item in enumerate(batch.examples)]
+            self._release(batch)
+            self._shown.__next__()
+            self._at_start = False
+            self._fill()  # the workers read on while the caller steps
+        except BaseException as e:
+            # A dead worker, or Ctrl-C in the middle of a message: the pipes
+            # cannot be trusted. Stop the workers; the position is kept.
+            if isinstance(e, _worker_pool.WorkerDied):
+                self._broken = str(e)
+            self.finalize()
+            raise
+        for category, message, filename, lineno in batch.warnings:
+            warnings.warn_explicit(message, category, filename, lineno,
+                                   registry=self._registry)
+        if batch.error:
+            raise _worker.rebuild_error(_NAME, *batch.error)
+        return examples
+
+    def _wait_first(self):
+        """The oldest batch out, once all its shares are in."""
+        if self._pool is None:
+            self._pool = _worker_pool.Pool(_NAME, self.dataset,
+                                           self.n_processes, self.start_method)
+            self._turn = 0
+            if self._per_example:  # shared_mem, or the size found before
+                self._new_block(self._per_example)
         self._fill()
         batch = self._inflight[0]
         started, warned = time.monotonic(), False
@@ -284,20 +268,7 @@ class MultiprocessIterator(Iterator):
             if not self._receive(timeout) and timeout is not None:
                 warned = True
                 self._warn_slow(batch)
-        self._inflight.popleft()
-        examples = [] if batch.error else [
-            self._unpack(batch, position, item)
-            for position, item in enumerate(batch.examples)]
-        self._release(batch)
-        self._shown.__next__()
-        self._at_start = False
-        for category, message, filename, lineno in batch.warnings:
-            warnings.warn_explicit(message, category, filename, lineno,
-                                   registry=self._registry)
-        self._fill()
-        if batch.error:
-            self._raise(*batch.error)
-        return examples
+        return self._inflight.popleft()
 
     def _unpack(self, batch, position, item):
         if item[0] == 'p':
@@ -321,39 +292,40 @@ class MultiprocessIterator(Iterator):
             batch = _Batch(indices, block,
                            None if block is None else block.free.pop())
             self._inflight.append(batch)
-            n = min(len(self._workers), len(indices))
+            n = min(len(self._pool), len(indices))
             bounds = [len(indices) * j // n for j in range(n + 1)]
             for j in range(n):
                 positions = range(bounds[j], bounds[j + 1])
                 items = [(int(indices[p]), None if block is None
                           else block.base(batch.slot, p)) for p in positions]
                 task, self._next_task = self._next_task, self._next_task + 1
-                number = (self._turn + j) % len(self._workers)
-                try:
-                    self._workers[number][1].send(('task', task, items))
-                except OSError:
-                    self._died(number)
+                number = (self._turn + j) % len(self._pool)
+                self._pool.send(number, ('task', task, items))
                 self._tasks[task] = (batch, positions, number)
                 batch.pending.add(task)
-            self._turn = (self._turn + n) % len(self._workers)
+            self._turn = (self._turn + n) % len(self._pool)
 
     def _receive(self, timeout):
         """Take in the shares that arrive within ``timeout`` seconds (None:
         wait for one); whether any did."""
-        conns = {conn: number for number, (_, conn)
-                 in enumerate(self._workers)}
-        ready = multiprocessing.connection.wait(list(conns), timeout)
-        for conn in ready:
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):
-                self._died(conns[conn])
-            self._take(message)
+        ready = self._pool.receive(timeout)
+        for number, message in ready:
+            self._take(number, message)
         return bool(ready)
 
-    def _take(self, message):
+    def _warn_slow(self, batch):
+        reading = sorted({self._pool.reading(self._tasks[t][2])
+                          for t in batch.pending} - {-1})
+        warnings.warn('{}: a batch has waited more than {} s for its '
+                      'examples; the workers are reading example(s) {} (a '
+                      'slow or hung dataset?)'.format(
+                          _NAME, self.dataset_timeout,
+                          ', '.join(map(str, reading)) or '(none yet)'),
+                      TimeoutWarning)
+
+    def _take(self, number, message):
         kind, task, examples, caught = message[:4]
-        batch, positions, number = self._tasks.pop(task)
+        batch, positions, _ = self._tasks.pop(task)
         batch.pending.discard(task)
         for position, item in zip(positions, examples):
             batch.examples[position] = item
@@ -385,104 +357,14 @@ class MultiprocessIterator(Iterator):
         self._per_example = per_example
         self._block = _worker.Block(self.n_prefetch, self.batch_size,
                                     per_example)
-        for number, (process, conn) in enumerate(self._workers):
-            try:
-                conn.send(('block', self._block.size, per_example))
-                multiprocessing.reduction.send_handle(conn, self._block.fd,
-                                                      process.pid)
-            except OSError:
-                self._died(number)
-        os.close(self._block.fd)  # each worker has received its own copy
-        self._block.fd = None
-
-    # -- workers ---------------------------------------------------------------
-    def _start(self):
-        ctx = multiprocessing.get_context(self.start_method)
-        if self.start_method == 'fork':
-            dataset = self.dataset
-        else:
-            try:
-                dataset = pickle.dumps(self.dataset, pickle.HIGHEST_PROTOCOL)
-            except Exception as e:  # noqa: BLE001 (whatever pickle raises)
-                raise TypeError(
-                    "{}: the dataset cannot be sent to the worker processes "
-                    "(start_method={!r} pickles it): {}: {}; use module-level "
-                    "functions or functools.partial instead of lambdas and "
-                    "local classes, or start_method='fork' in a program "
-                    "without MPI or a GPU".format(
-                        _NAME, self.start_method, type(e).__name__, e)) from e
-        if not _atexit['registered']:  # runs before multiprocessing's own
-            atexit.register(_stop_all)
-            _atexit['registered'] = True
-        _live.add(self)
-        self._progress = ctx.RawArray('q', self.n_processes)
-        pipes = [ctx.Pipe() for _ in range(self.n_processes)]
-        inherited = [c for pair in pipes for c in pair] \
-            if self.start_method == 'fork' else []
-        for number, (mine, theirs) in enumerate(pipes):
-            process = ctx.Process(
-                target=_worker.run, name='{}-{}'.format(_NAME, number),
-                args=(dataset, theirs, self._progress, number, inherited),
-                daemon=True)
-            process.start()
-            theirs.close()
-            self._workers.append((process, mine))
-        self._turn = 0
-        if self._per_example:  # shared_mem, or the size found before
-            self._new_block(self._per_example)
-
-    def _died(self, number):
-        """A worker's pipe closed: say which and what it was reading,
-        stop the others, and raise (every later call raises too)."""
-        process = self._workers[number][0]
-        process.join(5.0)
-        code = process.exitcode
-        if code is None:
-            how = 'closed its pipe'
-        elif code < 0:
-            name = signal.Signals(-code).name
-            how = 'was killed by {}{}'.format(name, {
-                'SIGKILL': ' (out of memory?)',
-                'SIGBUS': ' (out of shared memory?)'}.get(name, ''))
-        else:
-            how = 'exited with status {}'.format(code)
-        index = self._progress[number]
-        self._broken = '{}: worker {} of {} (pid {}) {} {}'.format(
-            _NAME, number, len(self._workers), process.pid, how,
-            'while reading example {} of the dataset'.format(index)
-            if index >= 0 else 'between examples')
-        self.finalize()
-        raise RuntimeError(self._broken)
-
-    def _raise(self, index, number, error):
-        data, type_name, message, text = error
-        message = '{}: example {} of the dataset (worker {}): {}'.format(
-            _NAME, index, number, message)
-        exc = None
-        if data is not None:
-            try:
-                exc = type(pickle.loads(data))(message)
-            except Exception:  # noqa: BLE001 (a type that wants more args)
-                exc = None
-        if exc is None:
-            exc = RuntimeError('{} ({})'.format(message, type_name))
-        raise exc from _RemoteTraceback(text)
-
-    def _warn_slow(self, batch):
-        reading = sorted({self._progress[self._tasks[t][2]]
-                          for t in batch.pending} - {-1})
-        warnings.warn('{}: a batch has waited more than {} s for its '
-                      'examples; the workers are reading example(s) {} (a '
-                      'slow or hung dataset?)'.format(
-                          _NAME, self.dataset_timeout,
-                          ', '.join(map(str, reading)) or '(none yet)'),
-                      TimeoutWarning)
+        self._pool.send_block(self._block)
 
     def finalize(self):
         """Stop and reap the workers and free the shared memory. The
         position is kept: a later ``next()`` starts new workers."""
-        _stop(self._workers)
-        _live.discard(self)
+        if self._pool is not None:
+            self._pool.stop()
+            self._pool = None
         self._restart_plan()
         self._stale.clear()
         self._tasks.clear()

@@ -107,7 +107,7 @@ def gone(pids, timeout=20):
 
 
 def worker_pids(it):
-    return [process.pid for process, _ in it._workers]
+    return it._pool.pids()
 
 
 @pytest.mark.parametrize('kw', [
@@ -274,6 +274,26 @@ def test_slow_dataset_warns_with_the_examples_being_read():
     it.finalize()
 
 
+def test_interrupted_wait_keeps_the_position():
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    it = MultiprocessIterator(Slow(8, 0.5, first=2), 2, shuffle=False,
+                              n_processes=2)
+    assert next(it) == [0, 1]
+    pids = worker_pids(it)
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with pytest.raises(KeyboardInterrupt):
+            next(it)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert gone(pids) and it.current_position == 2
+    assert next(it) == [2, 3]  # new workers, same place
+    it.finalize()
+
+
 def test_no_process_left_after_finalize_with_or_gc():
     it = MultiprocessIterator(Ragged(6), 2, n_processes=2)
     next(it)
@@ -303,7 +323,7 @@ if __name__ == '__main__':
     it = MultiprocessIterator(Slow(100, 60, first={first}), 2, shuffle=False,
                               n_processes=2)
     next(it)
-    pids = [p.pid for p, _ in it._workers]
+    pids = it._pool.pids()
     pids.append(multiprocessing.forkserver._forkserver._forkserver_pid)
     print(' '.join(map(str, pids)), flush=True)
     if {how!r} == 'raise':
