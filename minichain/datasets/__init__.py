@@ -10,5 +10,6 @@ from minichain.datasets.sub_dataset import (SubDataset,  # noqa: F401
 from minichain.datasets.transform_dataset import TransformDataset  # noqa
 from minichain.datasets.fashion_mnist import (get_fashion_mnist,  # noqa: F401
                                               read_idx)
+from minichain.datasets.mnist import get_mnist  # noqa: F401
 from minichain.datasets.image_dataset import (ImageFolderDataset,  # noqa
                                               LabeledImageDataset)
