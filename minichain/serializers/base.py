@@ -46,5 +46,19 @@ class Deserializer(AbstractSerializer):
     """A serializer that loads."""
 
     def load(self, obj):
-        """Restore ``obj`` by calling ``obj.serialize(self)``."""
+        """Restore ``obj`` by calling ``obj.serialize(self)``.
+
+        A format that checks that every stored key was read (npz with
+        ``strict``) learns from ``skip`` which ones are left on purpose.
+        """
         obj.serialize(self)
+
+    def children(self):
+        """Sorted names of the stored children under this serializer's path
+        (``'LogReport'`` for the key ``'extensions/LogReport/_log'`` seen
+        from ``s['extensions']``); none by default."""
+        return []
+
+    def skip(self):
+        """Mark every stored key under this path as deliberately not read
+        (nothing to do by default)."""

@@ -103,6 +103,17 @@ class NpzDeserializer(Deserializer):
         return NpzDeserializer(self.npz, self.path + key.strip('/') + '/',
                                self.strict, self.file_name, self._used)
 
+    def children(self):
+        """Sorted names of the children stored under ``path``."""
+        n = len(self.path)
+        return sorted({k[n:].split('/', 1)[0] for k in self.npz
+                       if k.startswith(self.path) and '/' in k[n:]})
+
+    def skip(self):
+        """Count every key under ``path`` as read: ``unused_keys`` (and
+        ``load_npz``'s strict check) leave them out."""
+        self._used.update(k for k in self.npz if k.startswith(self.path))
+
     def unused_keys(self):
         """Sorted keys under ``path`` that no ``s(key, value)`` call read."""
         return sorted(k for k in self.npz

@@ -2,7 +2,9 @@
 
 An extension is any callable ``ext(trainer)``; these optional attributes
 refine it: ``trigger`` (default ``(1, 'iteration')``), ``priority`` (higher
-runs first in an iteration; default ``PRIORITY_READER``), ``default_name``,
+runs first in an iteration; default ``PRIORITY_READER``),
+``call_before_training`` (also run once before the first update; default
+False), ``default_name``,
 ``initialize(trainer)`` (called by ``Trainer.run`` before the first
 iteration, also after resuming), ``finalize()`` (called when training ends,
 even by an error) and ``serialize(serializer)`` (state kept in snapshots).
@@ -24,12 +26,15 @@ class Extension:
     Attributes:
         trigger: the default trigger, ``(1, 'iteration')``.
         priority: the default priority, ``PRIORITY_READER``.
+        call_before_training: the default of ``Trainer.extend``'s flag of
+            that name, False.
         name: the name the trainer registered it under (set by
             ``Trainer.extend``; None before).
     """
 
     trigger = (1, 'iteration')
     priority = PRIORITY_READER
+    call_before_training = False
     name = None
 
     @property

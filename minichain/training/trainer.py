@@ -9,7 +9,8 @@ from minichain.training.triggers import get_trigger
 
 __all__ = ['Trainer']
 
-_Entry = collections.namedtuple('_Entry', 'extension trigger priority')
+_Entry = collections.namedtuple(
+    '_Entry', 'extension trigger priority call_before_training')
 
 
 class Trainer:
@@ -66,7 +67,15 @@ class Trainer:
         end = time.time() if self._end_at is None else self._end_at
         return self._previous_elapsed + end - self._start_at
 
-    def extend(self, extension, name=None, trigger=None, priority=None):
+    @property
+    def is_before_training(self):
+        """True until the first update (``updater.iteration == 0``): what
+        extensions called with ``call_before_training`` check to report
+        before any trigger fired."""
+        return self.updater.iteration == 0
+
+    def extend(self, extension, name=None, trigger=None, priority=None, *,
+               call_before_training=None):
         """Register an extension.
 
         Args:
@@ -79,6 +88,11 @@ class Trainer:
                 ``(1, 'iteration')``.
             priority: order inside an iteration (higher first); default
                 ``extension.priority`` or ``PRIORITY_READER``.
+            call_before_training: also call it once when ``run`` starts,
+                before the first update (not when resuming a trainer that
+                already trained); default ``extension.call_before_training``
+                or False. An Evaluator, a LogReport and a PrintReport
+                extended this way log the untrained model as epoch 0.
         """
         if self._start_at is not None:
             raise RuntimeError('Trainer.extend: cannot add extensions after '
@@ -98,6 +112,9 @@ class Trainer:
         if priority is None:
             priority = getattr(extension, 'priority',
                                extension_module.PRIORITY_READER)
+        if call_before_training is None:
+            call_before_training = getattr(extension, 'call_before_training',
+                                           False)
         unique, i = name, 0
         while unique in self._extensions:
             i += 1
@@ -107,7 +124,7 @@ class Trainer:
         except AttributeError:  # e.g. a bound method
             pass
         self._extensions[unique] = _Entry(extension, get_trigger(trigger),
-                                          priority)
+                                          priority, bool(call_before_training))
 
     def get_extension(self, name):
         """The extension registered as ``name``."""
@@ -121,7 +138,8 @@ class Trainer:
         """Run the training loop until the stop trigger fires.
 
         Creates ``out``, calls each extension's ``initialize(trainer)``,
-        then iterates; every extension's ``finalize()`` and the updater's
+        then, before the first update only, the extensions registered with
+        ``call_before_training``, then iterates; every extension's ``finalize()`` and the updater's
         ``finalize()`` run at the end, also when an error stops training.
         """
         if self._done:
@@ -137,6 +155,12 @@ class Trainer:
                 initialize = getattr(entry.extension, 'initialize', None)
                 if initialize is not None:
                     initialize(self)
+            if self.is_before_training:  # not after a resume (or autoload)
+                self.observation = {}
+                with self.reporter.scope(self.observation):
+                    for _, entry in entries:
+                        if entry.call_before_training:
+                            entry.extension(self)
             while not self.stop_trigger(self):
                 self.observation = {}
                 with self.reporter.scope(self.observation):
@@ -157,7 +181,14 @@ class Trainer:
         """Save or load the updater (``updater/``), the stop trigger, every
         extension (``extensions/<name>/``) and its trigger
         (``extension_triggers/<name>/``), for those with ``serialize``, and
-        the elapsed time."""
+        the elapsed time.
+
+        When loading, the saved state of extensions that this trainer does
+        not have is skipped, as Chainer does: in a data-parallel script only
+        rank 0 has LogReport and PrintReport, and every rank resumes from
+        rank 0's snapshot. Every key under the extensions it has must still
+        be read (with ``load_npz``'s ``strict``).
+        """
         from minichain.serializers import Deserializer
         self.updater.serialize(serializer['updater'])
         if hasattr(self.stop_trigger, 'serialize'):
@@ -170,6 +201,10 @@ class Trainer:
             if hasattr(entry.trigger, 'serialize'):
                 entry.trigger.serialize(s_trig[name])
         if isinstance(serializer, Deserializer):
+            for section in (s_ext, s_trig):
+                for name in section.children():
+                    if name not in self._extensions:
+                        section[name].skip()
             self._previous_elapsed = float(
                 serializer('_snapshot_elapsed_time', 0.0))
         else:

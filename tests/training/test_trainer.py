@@ -1,9 +1,9 @@
 import numpy
 import pytest
 
-from minichain import serializers, training
-from minichain.training import extension
-from tests.training._util import make_trainer
+from minichain import iterators, serializers, training
+from minichain.training import extension, extensions
+from tests.training._util import make_data, make_trainer
 
 
 def test_stops_at_iterations_and_epochs(tmp_path):
@@ -116,3 +116,109 @@ def test_elapsed_time_and_serialized_keys(tmp_path):
     numpy.testing.assert_array_equal(
         fresh.updater.get_optimizer().target.predictor.l1.b.array,
         trainer.updater.get_optimizer().target.predictor.l1.b.array)
+
+
+# -- call_before_training -----------------------------------------------------
+def _recorder(calls, name, **attrs):
+    def ext(trainer):
+        calls.append((name, trainer.updater.iteration,
+                      trainer.is_before_training))
+    ext.__name__ = name
+    for key, value in attrs.items():
+        setattr(ext, key, value)
+    return ext
+
+
+def test_call_before_training_runs_once_before_the_first_update(tmp_path):
+    calls = []
+    trainer = make_trainer(tmp_path, stop=(2, 'iteration'))
+    trainer.extend(_recorder(calls, 'early'), call_before_training=True)
+    trainer.extend(_recorder(calls, 'plain'))
+    trainer.extend(_recorder(calls, 'by_attribute',
+                             call_before_training=True, priority=1000))
+    assert trainer.is_before_training
+    trainer.run()
+    # Before training, in priority order; then after every update.
+    assert calls == [('by_attribute', 0, True), ('early', 0, True),
+                     ('by_attribute', 1, False), ('early', 1, False),
+                     ('plain', 1, False), ('by_attribute', 2, False),
+                     ('early', 2, False), ('plain', 2, False)]
+    assert not extension.Extension.call_before_training
+
+
+def test_call_before_training_logs_epoch_zero_and_not_after_resume(tmp_path):
+    def build(out, stop):
+        trainer = make_trainer(out, stop=stop)
+        test_iter = iterators.SerialIterator(make_data(10, seed=1), 5,
+                                             repeat=False, shuffle=False)
+        model = trainer.updater.get_optimizer().target
+        trainer.extend(extensions.Evaluator(test_iter, model),
+                       call_before_training=True)
+        trainer.extend(extensions.LogReport(), call_before_training=True)
+        trainer.extend(extensions.snapshot(), trigger=(1, 'epoch'))
+        return trainer
+
+    first = build(tmp_path / 'a', (1, 'epoch'))
+    first.run()
+    log = first.get_extension('LogReport').log
+    assert [(e['epoch'], e['iteration']) for e in log] == [(0, 0), (1, 5)]
+    assert 'validation/main/loss' in log[0] and 'main/loss' not in log[0]
+    second = build(tmp_path / 'a', (2, 'epoch'))
+    serializers.load_npz(str(tmp_path / 'a' / 'snapshot_iter_5'), second)
+    second.run()
+    log = second.get_extension('LogReport').log
+    assert [(e['epoch'], e['iteration']) for e in log] == [
+        (0, 0), (1, 5), (2, 10)]
+
+
+# -- loading into a trainer with fewer extensions -----------------------------
+class _CountingTrigger:
+    """Fires every iteration and keeps a count in snapshots."""
+
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, trainer):
+        self.count += 1
+        return True
+
+    def serialize(self, serializer):
+        self.count = int(serializer('count', self.count))
+
+
+def test_load_skips_extensions_this_trainer_lacks_as_chainer_does(tmp_path):
+    """Rank 0 of a ChainerMN script has LogReport and more; the other
+    ranks load its snapshot into trainers without them."""
+    full = make_trainer(tmp_path, stop=(4, 'iteration'))
+    full.extend(extensions.LogReport(trigger=(2, 'iteration')),
+                trigger=_CountingTrigger())
+    full.run()
+    path = str(tmp_path / 'snap')
+    serializers.save_npz(path, full)
+    with numpy.load(path) as npz:
+        assert any(k.startswith('extensions/LogReport/') for k in npz)
+        assert any(k.startswith('extension_triggers/LogReport/')
+                   for k in npz)
+    bare = make_trainer(tmp_path, stop=(4, 'iteration'))
+    serializers.load_npz(path, bare)
+    assert bare.updater.iteration == 4
+    # The extensions it has must still read every key of theirs.
+    other = make_trainer(tmp_path, stop=(4, 'iteration'))
+    trigger = _CountingTrigger()
+    other.extend(extensions.LogReport(trigger=(2, 'iteration')),
+                 trigger=trigger)
+    serializers.load_npz(path, other)
+    assert other.get_extension('LogReport').log == \
+        full.get_extension('LogReport').log
+    assert trigger.count == 4
+    with numpy.load(path) as npz:
+        extra = dict(npz)
+    extra['extensions/LogReport/surprise'] = numpy.zeros(1)
+    extra['updater/surprise'] = numpy.zeros(1)
+    numpy.savez(str(tmp_path / 'extra.npz'), **extra)
+    wrong = make_trainer(tmp_path, stop=(4, 'iteration'))
+    wrong.extend(extensions.LogReport(trigger=(2, 'iteration')),
+                 trigger=_CountingTrigger())
+    with pytest.raises(ValueError, match="did not read: "
+                       "'extensions/LogReport/surprise', 'updater/surprise'"):
+        serializers.load_npz(str(tmp_path / 'extra.npz'), wrong)

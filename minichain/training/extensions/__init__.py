@@ -1,8 +1,8 @@
 """minichain.training.extensions: what the Trainer does around iterations.
 
 Evaluation (Evaluator), logging (LogReport, PrintReport, ProgressBar,
-PlotReport, observe_value, observe_lr), snapshots (snapshot,
-snapshot_object) and hyper-parameter schedules (ExponentialShift,
+PlotReport, observe_value, observe_lr), the graph (DumpGraph, also as
+dump_graph), snapshots (snapshot, snapshot_object) and hyper-parameter schedules (ExponentialShift,
 LinearShift).
 """
 from minichain.training.extensions.dump_graph import DumpGraph  # noqa: F401
@@ -19,3 +19,5 @@ from minichain.training.extensions.shifts import (  # noqa: F401
     ExponentialShift, LinearShift)
 from minichain.training.extensions.value_observation import (  # noqa: F401
     observe_lr, observe_value)
+
+dump_graph = DumpGraph  # Chainer's older name, still used by its examples

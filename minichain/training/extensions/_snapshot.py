@@ -1,8 +1,10 @@
 """snapshot and snapshot_object: save the trainer (or any object) to a file."""
 import contextlib
+import numbers
 import os
 
 from minichain.training import extension
+from minichain.training.extensions import _snapshot_files
 
 __all__ = ['Snapshot', 'snapshot', 'snapshot_object']
 
@@ -24,16 +26,46 @@ class Snapshot(extension.Extension):
         target: the object to save (None: the trainer).
         filename: the file name pattern.
         savefun: ``savefun(path, obj)`` (default ``serializers.save_npz``).
+        n_retains: after each save, delete all but the newest ``n_retains``
+            files that ``filename`` matches (see ``_snapshot_files``); None
+            or negative keeps every file.
+        autoload: when training starts (``initialize``), load the newest
+            matching file in ``trainer.out``, if any, into the target with
+            ``serializers.load_npz``: a restarted job goes on where it
+            stopped.
     """
 
     trigger = (1, 'epoch')
     priority = extension.PRIORITY_SNAPSHOT
 
     def __init__(self, target=None, filename='snapshot_iter_{.updater.'
-                 'iteration}', savefun=None):
+                 'iteration}', savefun=None, n_retains=None, autoload=False):
         self._target = target
         self._filename = filename
         self._savefun = savefun or _default_savefun
+        if n_retains is not None:
+            if (not isinstance(n_retains, numbers.Integral)
+                    or isinstance(n_retains, bool) or n_retains == 0):
+                raise ValueError('snapshot: n_retains must be a positive '
+                                 'integer (or None to keep every file), got '
+                                 '{!r}'.format(n_retains))
+            if n_retains < 0:  # Chainer's default, -1: keep every file
+                n_retains = None
+        if n_retains is not None or autoload:
+            _snapshot_files.check_pattern('snapshot', filename)
+        self.n_retains = n_retains
+        self.autoload = bool(autoload)
+        self.autoloaded = None  # the file autoload read, if any
+
+    def initialize(self, trainer):
+        """With ``autoload``, load the newest matching snapshot, if any."""
+        if not self.autoload:
+            return
+        path = _snapshot_files.newest(trainer.out, self._filename)
+        if path is not None:
+            from minichain.serializers import load_npz
+            load_npz(path, trainer if self._target is None else self._target)
+            self.autoloaded = path
 
     @property
     def default_name(self):
@@ -56,10 +88,13 @@ class Snapshot(extension.Extension):
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+        if self.n_retains is not None:
+            _snapshot_files.remove_stale(trainer.out, self._filename,
+                                         self.n_retains, path)
 
 
 def snapshot(filename='snapshot_iter_{.updater.iteration}', savefun=None,
-             target=None):
+             target=None, n_retains=None, autoload=False):
     """An extension that saves the whole trainer (model, optimizer,
     iterators, updater, extensions) every epoch by default.
 
@@ -70,12 +105,17 @@ def snapshot(filename='snapshot_iter_{.updater.iteration}', savefun=None,
         filename: file name pattern, formatted with the trainer.
         savefun: ``savefun(path, obj)``; default ``serializers.save_npz``.
         target: save this object instead of the trainer.
+        n_retains: keep only the newest ``n_retains`` snapshot files (None:
+            all).
+        autoload: resume from the newest snapshot file in ``trainer.out``
+            when training starts, if there is one.
     """
-    return Snapshot(target, filename, savefun)
+    return Snapshot(target, filename, savefun, n_retains, autoload)
 
 
-def snapshot_object(target, filename, savefun=None):
+def snapshot_object(target, filename, savefun=None, n_retains=None,
+                    autoload=False):
     """An extension that saves ``target`` (e.g. the model) to
     ``out/<filename>`` (formatted with the trainer), every epoch by
-    default."""
-    return Snapshot(target, filename, savefun)
+    default; ``n_retains`` and ``autoload`` as for :func:`snapshot`."""
+    return Snapshot(target, filename, savefun, n_retains, autoload)

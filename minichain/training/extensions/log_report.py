@@ -54,7 +54,8 @@ class LogReport(extension.Extension):
             observation = {k: observation[k] for k in self._keys
                            if k in observation}
         self._summary.add(observation)
-        if not self._trigger(trainer):
+        # Called before training (call_before_training): log epoch 0 now.
+        if not (trainer.is_before_training or self._trigger(trainer)):
             return
         entry = {k: to_float(v)
                  for k, v in self._summary.compute_mean().items()}

@@ -75,7 +75,7 @@ class PlotReport(extension.Extension):
         keys = self._y_keys + [self._x_key]
         self._summary.add({k: observation[k] for k in keys
                            if k in observation})
-        if not self._trigger(trainer):
+        if not (trainer.is_before_training or self._trigger(trainer)):
             return
         stats = {k: to_float(v)
                  for k, v in self._summary.compute_mean().items()}
