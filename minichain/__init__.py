@@ -1,8 +1,11 @@
 """minichain: a minimal define-by-run autodiff framework with data-parallel
 training over MPI and NCCL, shaped like Chainer + ChainerMN."""
+import sys
+
 from minichain import backend  # noqa: F401
 from minichain.configuration import (config, using_config,  # noqa: F401
-                                     no_backprop_mode, force_backprop_mode)
+                                     no_backprop_mode, force_backprop_mode,
+                                     get_dtype)
 from minichain.variable import Variable, Parameter, as_variable  # noqa: F401
 from minichain.function_node import FunctionNode  # noqa: F401
 from minichain import functions  # noqa: F401
@@ -14,5 +17,9 @@ from minichain import serializers  # noqa: F401
 from minichain.reporter import report, Reporter, report_scope  # noqa: F401
 from minichain.device import get_device  # noqa: F401
 from minichain import datasets, iterators, training, dataset  # noqa: F401
+# Chainer's module paths chainer.backends.cuda and chainer.cuda (one module).
+from minichain import backends  # noqa: F401
+from minichain.backends import cuda  # noqa: F401
+sys.modules[__name__ + '.cuda'] = cuda
 
 __version__ = '0.1.0'

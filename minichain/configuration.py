@@ -7,6 +7,8 @@ the main one.
 import contextlib
 import threading
 
+import numpy
+
 _DEFAULTS = {
     'enable_backprop': True,   # record the graph during forward
     'train': True,             # dropout on, batch norm uses batch statistics
@@ -67,3 +69,22 @@ def force_backprop_mode():
     """Context manager that records the graph even inside
     ``no_backprop_mode``."""
     return using_config('enable_backprop', True)
+
+
+def get_dtype(dtype=None, map_mixed16=None):
+    """The dtype to create arrays with, as Chainer's ``get_dtype``.
+
+    Args:
+        dtype: a dtype specifier; None means ``config.dtype``.
+        map_mixed16: used instead when the dtype is Chainer's ``'mixed16'``
+            (float16 if None). minichain has no mixed16 mode; this keeps
+            scripts that pass it working.
+
+    Returns:
+        a ``numpy.dtype``.
+    """
+    if dtype is None:
+        dtype = config.dtype
+    if isinstance(dtype, str) and dtype == 'mixed16':
+        dtype = numpy.float16 if map_mixed16 is None else map_mixed16
+    return numpy.dtype(dtype)

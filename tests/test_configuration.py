@@ -1,6 +1,7 @@
 """minichain.config: defaults, context managers, thread-locality."""
 import threading
 
+import numpy
 import pytest
 
 import minichain
@@ -68,3 +69,18 @@ def test_config_is_thread_local():
         checked.set()
         t.join(5)
     assert seen == {'train_in_thread': True, 'debug_in_thread': True}
+
+
+def test_get_dtype():
+    assert minichain.get_dtype() == numpy.float32
+    assert isinstance(minichain.get_dtype(), numpy.dtype)
+    assert minichain.get_dtype('float16') == numpy.float16
+    assert minichain.get_dtype(numpy.float64) == numpy.float64
+    with using_config('dtype', 'float64'):
+        assert minichain.get_dtype() == numpy.float64
+    with using_config('dtype', 'mixed16'):  # Chainer's mixed precision name
+        assert minichain.get_dtype() == numpy.float16
+        assert minichain.get_dtype(map_mixed16=numpy.float32) == \
+            numpy.float32
+    with pytest.raises(TypeError):
+        minichain.get_dtype('no-such-dtype')
