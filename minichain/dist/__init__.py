@@ -95,7 +95,13 @@ def create_communicator(communicator_name='auto', mpi_comm=None,
     return cls(mpi_comm, allreduce_grad_dtype=allreduce_grad_dtype)
 
 
+# ChainerMN's module paths: chainermn.links, chainermn.extensions.
+_SUBMODULES = ('extensions', 'links')
+
+
 def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module('minichain.dist.' + name)
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError('module minichain.dist has no attribute {!r}'
@@ -103,4 +109,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(list(globals()) + list(_LAZY))
+    return sorted(list(globals()) + list(_LAZY) + list(_SUBMODULES))

@@ -149,6 +149,10 @@ class CommunicatorBase(CollectivesMixin):
         if entries:
             self._mean_grads(model, entries)
 
+    def allreduce_grad(self, model, zero_fill=False):
+        """ChainerMN's earlier name of :meth:`multi_node_mean_grad`."""
+        self.multi_node_mean_grad(model, zero_fill)
+
     def _layout_extra(self, model):
         """Extra ``(label, 'tag', text)`` entries that every rank must agree
         on before averaging (none here; NCCL adds the array device kind)."""

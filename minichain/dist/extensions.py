@@ -337,4 +337,10 @@ def multi_node_snapshot(comm, snapshot=None, root=0):
     if not 0 <= root < comm.size:
         raise ValueError('multi_node_snapshot: root must be a rank in '
                          '[0, {}), got {}'.format(comm.size, root))
+    if getattr(snapshot, 'autoload', False):
+        # It would load on root alone; load() resumes every rank together.
+        raise ValueError('multi_node_snapshot: the wrapped snapshot has '
+                         'autoload=True, which would resume rank {} only; '
+                         'call load(path, trainer) on every rank instead'
+                         .format(root))
     return MultiNodeSnapshot(comm, snapshot, root)
