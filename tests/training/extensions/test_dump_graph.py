@@ -125,3 +125,10 @@ def test_training_is_unchanged(tmp_path):
               for t in (plain, dumped)]
     for (_, p), (_, q) in zip(*params):
         numpy.testing.assert_array_equal(p.array, q.array)
+
+
+def test_chainers_older_name_dump_graph(tmp_path):
+    """Chainer's examples write trainer.extend(extensions.dump_graph(...))."""
+    assert extensions.dump_graph is extensions.DumpGraph
+    _run(tmp_path, extensions.dump_graph('main/loss', filename='g.dot'))
+    assert (tmp_path / 'g.dot').read_text() == _reference_dot()

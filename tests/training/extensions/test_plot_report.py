@@ -2,9 +2,10 @@ import sys
 
 import pytest
 
+from minichain import iterators
 from minichain.serializers import DictionarySerializer, NpzDeserializer
 from minichain.training import extensions
-from tests.training._util import make_trainer
+from tests.training._util import make_data, make_trainer
 
 pytest.importorskip('matplotlib')
 
@@ -40,3 +41,17 @@ def test_missing_matplotlib(monkeypatch):
     assert not extensions.PlotReport.available()
     with pytest.raises(ImportError, match=r'minichain\[plot\]'):
         extensions.PlotReport(['main/loss'])
+
+
+def test_call_before_training_plots_the_untrained_model(tmp_path):
+    trainer = make_trainer(tmp_path, stop=(2, 'epoch'))
+    model = trainer.updater.get_optimizer().target
+    test_iter = iterators.SerialIterator(make_data(10, seed=1), 5,
+                                         repeat=False, shuffle=False)
+    trainer.extend(extensions.Evaluator(test_iter, model),
+                   call_before_training=True)
+    plot = extensions.PlotReport(['main/loss', 'validation/main/loss'])
+    trainer.extend(plot, call_before_training=True)
+    trainer.run()
+    assert [x for x, _ in plot.data['validation/main/loss']] == [0, 1, 2]
+    assert [x for x, _ in plot.data['main/loss']] == [1, 2]
