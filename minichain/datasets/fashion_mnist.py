@@ -40,24 +40,19 @@ def get_fashion_mnist(withlabel=True, ndim=1, scale=1.0, dtype=None,
     ``dataset-fashion-mnist``), in that order.
 
     Args:
-        withlabel: return ``(image, label)`` TupleDatasets; if False, the
-            image arrays alone.
-        ndim: 1 -> images of shape (784,); 2 -> (28, 28); 3 -> (1, 28, 28).
-        scale: pixel values are scaled to ``[0, scale]``.
-        dtype: image dtype (None: ``config.dtype``, float32 by default).
-        label_dtype: label dtype.
-        rgb_format: with ``ndim=3``, images of shape (3, 28, 28) (the gray
-            channel three times).
+        withlabel, ndim, scale, dtype, label_dtype, rgb_format: as for
+            :func:`minichain.datasets.get_mnist` (Chainer's arguments).
         data_dir: the folder holding the four files.
 
     Returns:
-        ``(train, test)``.
+        ``(train, test)``: TupleDatasets of (image, label), or the image
+        arrays alone without labels.
 
     Raises:
         FileNotFoundError: no folder has the four files (the message lists
             where it looked and how to get them).
-        ValueError: a file is corrupt (named), ``ndim`` is not 1, 2, 3, or
-            ``rgb_format`` is set without ``ndim=3``.
+        ValueError: a file is corrupt (named), or a bad ``ndim`` /
+            ``rgb_format``.
     """
     how = ('Install them with `apt-get install dataset-fashion-mnist` (into '
            '{}), or put them in a folder and pass data_dir= or set {} to it '
