@@ -393,3 +393,16 @@ def test_gpu_round_trip_and_resume(tmp_path):
         assert backend.get_device_id(q.array) == 0
         numpy.testing.assert_array_equal(backend.to_cpu(p.array),
                                          backend.to_cpu(q.array))
+
+
+def test_npz_deserializer_children_and_skip():
+    stored = {'ext/a/x': numpy.zeros(1), 'ext/a/y/z': numpy.zeros(1),
+              'ext/b/x': numpy.zeros(1), 'ext/leaf': numpy.zeros(1),
+              'other': numpy.zeros(1)}
+    s = serializers.NpzDeserializer(stored)
+    assert s['ext'].children() == ['a', 'b']
+    assert s['ext']['a'].children() == ['y']
+    assert s['none'].children() == []
+    s['ext']['a'].skip()
+    assert s.unused_keys() == ['ext/b/x', 'ext/leaf', 'other']
+    assert serializers.Deserializer().children() == []
