@@ -14,9 +14,10 @@ and ``to_gpu`` raises backend's RuntimeError saying what is missing.
 """
 from minichain import backend
 
-__all__ = ['DummyDevice', 'available', 'check_cuda_available', 'cupy',
-           'get_array_module', 'get_device_from_id', 'ndarray', 'to_cpu',
-           'to_gpu']
+# available, cupy and ndarray come from __getattr__ below.
+__all__ = ['DummyDevice', 'available', 'check_cuda_available',  # noqa: F822
+           'cupy', 'get_array_module', 'get_device_from_id', 'ndarray',
+           'to_cpu', 'to_gpu']
 
 check_cuda_available = backend.check_cuda_available
 get_array_module = backend.get_array_module

@@ -139,8 +139,9 @@ class Trainer:
 
         Creates ``out``, calls each extension's ``initialize(trainer)``,
         then, before the first update only, the extensions registered with
-        ``call_before_training``, then iterates; every extension's ``finalize()`` and the updater's
-        ``finalize()`` run at the end, also when an error stops training.
+        ``call_before_training``, then iterates; every extension's
+        ``finalize()`` and the updater's ``finalize()`` run at the end, also
+        when an error stops training.
         """
         if self._done:
             raise RuntimeError('Trainer.run: this trainer has already run; '

@@ -2,8 +2,8 @@
 
 Evaluation (Evaluator), logging (LogReport, PrintReport, ProgressBar,
 PlotReport, observe_value, observe_lr), the graph (DumpGraph, also as
-dump_graph), snapshots (snapshot, snapshot_object) and hyper-parameter schedules (ExponentialShift,
-LinearShift).
+dump_graph), snapshots (snapshot, snapshot_object) and hyper-parameter
+schedules (ExponentialShift, LinearShift).
 """
 from minichain.training.extensions.dump_graph import DumpGraph  # noqa: F401
 from minichain.training.extensions.evaluator import Evaluator  # noqa: F401
