@@ -273,6 +273,10 @@ def _run_job(cmd, env, cwd, timeout, job, k):
             return proc.wait(timeout=timeout), False
         except subprocess.TimeoutExpired:
             pass
+        except BaseException:  # Ctrl-C: the job must not outlive pytest
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
         states = [_load_json(_rank_file(job, r)) for r in range(k)]
         unfinished = [s for s in states if s and not s['finished']]
         if hasattr(signal, 'SIGUSR1'):

@@ -139,7 +139,7 @@ class InJob:
         grace = spec.grace if spec else grace_for(DEFAULT_TIMEOUT)
         mine = reports.record(report)
         if self.rank:
-            self._send(mine, grace)
+            self._send(report, mine, grace)
             return
         got, missing = self._collect(mine, grace)
         if missing or any(not reports.same_outcome(rec, mine)
@@ -156,11 +156,13 @@ class InJob:
             sys.stderr.write('{}\n{}\n'.format(report.nodeid,
                                                report.longreprtext))
             relaunch.abort_job()
+        # Every rank's session counts the same outcome, so that -x and
+        # --maxfail stop them all at the same test.
         for rank in got:
             if rank:
-                self.comm.send(None, dest=rank, tag=_TAG_ACK)
+                self.comm.send(report.outcome, dest=rank, tag=_TAG_ACK)
 
-    def _send(self, mine, grace):
+    def _send(self, report, mine, grace):
         request = self.comm.isend(mine, dest=0, tag=_TAG_RECORD)
         bad = mine['outcome'] != 'passed'
         # Twice rank 0's wait, so that rank 0 (which reports) goes first.
@@ -174,7 +176,7 @@ class InJob:
                                      mine['outcome'], 2 * grace,
                                      mine.get('text', '')))
             relaunch.abort_job()
-        self.comm.recv(source=0, tag=_TAG_ACK)
+        report.outcome = self.comm.recv(source=0, tag=_TAG_ACK)
         request.wait()
 
     def _collect(self, mine, grace):
@@ -274,7 +276,10 @@ def pytest_runtest_protocol(item, nextitem):
     k = ranks_of(item)
     if k is None:
         return None
-    if state is None:  # plain pytest: run the test as an MPI job
+    option = item.config.option
+    if state is None and not (getattr(option, 'setuponly', False) or
+                              getattr(option, 'setupplan', False)):
+        # Plain pytest: run the test as an MPI job.
         ihook = item.ihook
         ihook.pytest_runtest_logstart(nodeid=item.nodeid,
                                       location=item.location)
