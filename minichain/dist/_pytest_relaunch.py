@@ -274,7 +274,10 @@ def _run_job(cmd, env, cwd, timeout, job, k):
         except subprocess.TimeoutExpired:
             pass
         except BaseException:  # Ctrl-C: the job must not outlive pytest
-            os.killpg(proc.pid, signal.SIGKILL)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
             proc.wait()
             raise
         states = [_load_json(_rank_file(job, r)) for r in range(k)]
@@ -386,8 +389,6 @@ def _reports(item, result, duration):
     if result.outcome == 'passed':
         when = 'call'
     phases = ['setup'] if when == 'setup' else ['setup', 'call']
-    if when == 'teardown':
-        phases = ['setup', 'call']
     out = []
     for phase in phases + ['teardown']:
         mine = phase == when

@@ -180,20 +180,21 @@ class InJob:
         request.wait()
 
     def _collect(self, mine, grace):
+        """Every rank's record of this phase; once one has failed, the
+        others get ``grace`` seconds."""
         from mpi4py import MPI
         got, status = {0: mine}, MPI.Status()
-        deadline = [None if mine['outcome'] == 'passed' else
-                    time.monotonic() + grace]
+        end = None if mine['outcome'] == 'passed' else \
+            time.monotonic() + grace
         while len(got) < self.size:
             if not _wait_for(lambda: self.comm.iprobe(
                     source=MPI.ANY_SOURCE, tag=_TAG_RECORD, status=status),
-                    None if deadline[0] is None else
-                    deadline[0] - time.monotonic()):
+                    None if end is None else end - time.monotonic()):
                 break
-            rec = self.comm.recv(source=status.Get_source(), tag=_TAG_RECORD)
-            got[status.Get_source()] = rec
-            if rec['outcome'] != 'passed' and deadline[0] is None:
-                deadline[0] = time.monotonic() + grace
+            rank = status.Get_source()
+            got[rank] = self.comm.recv(source=rank, tag=_TAG_RECORD)
+            if got[rank]['outcome'] != 'passed' and end is None:
+                end = time.monotonic() + grace
         missing = {r: 'still running {:.0f} s after a rank failed (most '
                       'likely waiting for it in a collective); the job was '
                       'ended'.format(grace)

@@ -34,20 +34,20 @@ class NotEnoughRanksError(ValueError):
     """An equivalence check was called on fewer than two ranks."""
 
 
-def require_ranks(comm, where, minimum=2):
-    """Raise :class:`NotEnoughRanksError` unless ``comm`` has ``minimum``
-    ranks or more; the message says how to run the test on more ranks."""
+def require_ranks(comm, where):
+    """Raise :class:`NotEnoughRanksError` unless ``comm`` has two ranks or
+    more; the message says how to run the test on more ranks. Every
+    equivalence check starts with it."""
     __tracebackhide__ = True
-    if comm.size >= minimum:
+    if comm.size >= 2:
         return
     raise NotEnoughRanksError(
-        '{}: the communicator has {} rank{}, so the data-parallel run would '
-        'be compared with itself and pass whatever the model does. Run the '
-        'test on {} or more ranks: mark it @pytest.mark.mpi(ranks=[2, 3]) '
+        '{}: the communicator has {} rank, so the data-parallel run would be '
+        'compared with itself and pass whatever the model does. Run the test '
+        'on 2 or more ranks: mark it @pytest.mark.mpi(ranks=[2, 3]) '
         '(minichain\'s pytest plugin then runs it under mpiexec -n 2 and '
         '-n 3 from plain pytest; see docs/testing.md), or start the tests '
-        'yourself: mpiexec -n 2 python -m pytest ...'.format(
-            where, comm.size, '' if comm.size == 1 else 's', minimum))
+        'yourself: mpiexec -n 2 python -m pytest ...'.format(where, comm.size))
 
 
 def default_lossfun(model, x, t):

@@ -16,7 +16,8 @@ import pytest
 
 from minichain.dist import _pytest_reports as reports
 from minichain.dist import launcher
-from minichain.dist._pytest_relaunch import _stacks
+from minichain.dist import _pytest_relaunch as relaunch
+from minichain.dist.pytest_plugin import MpiSpec
 
 PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), 'docs', 'testing.md')
@@ -361,7 +362,23 @@ def test_stacks_stop_at_pytest_and_drop_thread_ids(tmp_path):
                     'first):\n  File "/u/test_a.py", line 3 in test_a\n'
                     '  File "/v/_pytest/python.py", line 187 in call\n'
                     '  File "/v/pluggy/_hooks.py", line 1 in x\n')
-    assert _stacks(str(dump)) == (
+    assert relaunch._stacks(str(dump)) == (
         'Current thread (most recent call first):\n'
         '  File "/u/test_a.py", line 3 in test_a\n  ... (pytest)')
-    assert _stacks(str(tmp_path / 'missing')) == ''
+    assert relaunch._stacks(str(tmp_path / 'missing')) == ''
+
+
+def test_job_environment_sets_the_stall_watchdog_below_the_timeout(
+        monkeypatch):
+    for name in (relaunch.ENV_STALL, 'OMP_NUM_THREADS'):
+        monkeypatch.delenv(name, raising=False)
+    env = relaunch._environment(MpiSpec([2], 300.0), 2, '/job')
+    assert env[relaunch.ENV_STALL] == '270' and env[relaunch.ENV_JOB] == '/job'
+    assert env['OMP_NUM_THREADS'] == str(max(1, len(
+        os.sched_getaffinity(0)) // 2))
+    assert float(relaunch._environment(MpiSpec([2], 10.0), 2, '/job')[
+        relaunch.ENV_STALL]) == 8
+    monkeypatch.setenv(relaunch.ENV_STALL, '0')  # the user's choice stays
+    monkeypatch.setenv('OMP_NUM_THREADS', '3')
+    env = relaunch._environment(MpiSpec([2], 300.0), 2, '/job')
+    assert env[relaunch.ENV_STALL] == '0' and env['OMP_NUM_THREADS'] == '3'
