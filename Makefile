@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: test train clean
+.PHONY: test train clean cuda-check
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,16 @@ train: $(TRAIN_STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# `make cuda-check`: every CUDA kernel compiled by NVRTC through CuPy's own
+# code generator (sm_80, sm_90; float16/32/64; 32/64-bit indexing) and every
+# CuPy name the code uses checked, with no GPU, in .venv-cuda12 and
+# .venv-cuda13 (CuPy, NVRTC, headers, NCCL from PyPI). CUDA_MAJORS=13 runs
+# one of them.
+CUDA_MAJORS ?= 12 13
+
+cuda-check:
+	bash .ci/cuda_check.sh $(CUDA_MAJORS)
 
 # `make bench` builds .venv-bench (PyTorch's CPU build beside minichain, for
 # the side-by-side ratios) when missing, then runs the CPU benchmarks.

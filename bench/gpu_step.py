@@ -1,16 +1,18 @@
 """Time one ResNet training step on one GPU: minichain (CuPy) next to PyTorch.
 
 A step is forward + softmax cross-entropy + backward + MomentumSGD update
-in float32 at batch 64 / 224x224 (ImageNet stem) by default. Each step is
-followed by a device synchronisation, outside the framework, so that the
-clock sees the GPU's work. PyTorch runs with cudnn.benchmark on and TF32
-off (CuPy does not use TF32 unless CUPY_TF32=1), so both compute in
-float32. Prints seconds per step (median), images per second, memory held,
-and the ratio minichain / PyTorch; the last line, ``GPU_STEP {json}``, is
-for scripts (bench/gpu_check.sh).
+in float32 at 224x224 (ImageNet stem), batch 64 by default (``--batch 32
+64`` runs each in turn). Each step is followed by a device
+synchronisation, outside the framework, so that the clock sees the GPU's
+work. PyTorch runs with cudnn.benchmark on and TF32 off (CuPy does not use
+TF32 unless CUPY_TF32=1), so both compute in float32. Prints seconds per
+step (median), images per second, peak memory (minichain: the most the
+CuPy pool held after any step, which is what it reserved; PyTorch: peak
+allocated and peak reserved), and the ratio minichain / PyTorch; one line
+``GPU_STEP {json}`` per batch is for scripts (bench/gpu_check.sh).
 
-    python bench/gpu_step.py [--batch 64] [--size 224] [--steps 5]
-        [--warmup 2] [--arch resnet50] [--device gpu|cpu]
+    python bench/gpu_step.py [--batch 64 [32 ...]] [--size 224] [--steps 5]
+        [--warmup 2] [--arch resnet50] [--device gpu|cpu] [--no-torch]
 
 ``--device cpu`` runs the same code on NumPy and PyTorch's CPU build: a
 dry run of this script on a machine without a GPU.
@@ -32,37 +34,40 @@ from minichain import backend, optimizers  # noqa: E402
 from models.resnet import ResNet, loss_and_accuracy  # noqa: E402
 
 
-def time_minichain(args):
-    """(median s/step, MiB held by CuPy's pool or 0 on the CPU)."""
+def time_minichain(args, batch):
+    """(median s/step, peak MiB held by CuPy's pool, 0 on the CPU)."""
     model = ResNet(args.arch, 1000, args.stem)
     rng = numpy.random.default_rng(0)
-    x = rng.standard_normal((args.batch, 3, args.size, args.size),
+    x = rng.standard_normal((batch, 3, args.size, args.size),
                             dtype=numpy.float32)
-    t = rng.integers(0, 1000, args.batch).astype(numpy.int32)
+    t = rng.integers(0, 1000, batch).astype(numpy.int32)
     sync = lambda: None  # noqa: E731
+    pool = None
     if args.device == 'gpu':
         cupy = backend.get_cupy()
+        pool = cupy.get_default_memory_pool()
+        pool.free_all_blocks()
         model.to_gpu(0)
         x, t = backend.to_gpu(x, 0), backend.to_gpu(t, 0)
         sync = cupy.cuda.Device(0).synchronize
     opt = optimizers.MomentumSGD(lr=0.01, momentum=0.9).setup(model)
-    times = []
+    times, held = [], 0.0
     for _ in range(args.warmup + args.steps):
         start = time.perf_counter()
         opt.update(loss_and_accuracy, model, x, t)
         sync()
         times.append(time.perf_counter() - start)
-    held = 0.0
-    if args.device == 'gpu':
-        pool = cupy.get_default_memory_pool()
-        held = pool.total_bytes() / 2 ** 20
-        del model, opt, x, t
+        if pool is not None:
+            held = max(held, pool.total_bytes() / 2 ** 20)
+    del model, opt, x, t
+    if pool is not None:
         pool.free_all_blocks()
     return statistics.median(times[args.warmup:]), held
 
 
-def time_pytorch(args):
-    """(median s/step, peak MiB allocated by PyTorch or 0 on the CPU)."""
+def time_pytorch(args, batch):
+    """(median s/step, peak MiB allocated, peak MiB reserved; 0 on the
+    CPU)."""
     import torch
     from _torch_models import time_torch
     device = 'cpu'
@@ -72,12 +77,14 @@ def time_pytorch(args):
         torch.backends.cudnn.benchmark = True
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    step = time_torch(args.arch, args.stem, args.batch, args.size,
+    step = time_torch(args.arch, args.stem, batch, args.size,
                       args.steps, args.warmup, os.cpu_count() or 1, device)
-    peak = (torch.cuda.max_memory_allocated() / 2 ** 20
-            if args.device == 'gpu' else 0.0)
-    return step, peak
+    if args.device != 'gpu':
+        return step, 0.0, 0.0
+    return (step, torch.cuda.max_memory_allocated() / 2 ** 20,
+            torch.cuda.max_memory_reserved() / 2 ** 20)
 
 
 def torch_missing(args):
@@ -101,11 +108,40 @@ def device_name(args):
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
+def run(args, batch):
+    where = '{} {} px, batch {}, float32 on {}'.format(
+        args.arch, args.size, batch, device_name(args))
+    result = {'device': device_name(args), 'batch': batch,
+              'size': args.size, 'arch': args.arch}
+    step, held = time_minichain(args, batch)
+    result.update(minichain_s=step, minichain_img_s=batch / step,
+                  minichain_peak_mib=held)
+    print('minichain  {}: {:.4f} s/step, {:.1f} img/s{}'.format(
+        where, step, batch / step, ', peak {:.0f} MiB held by the CuPy '
+        'pool'.format(held) if args.device == 'gpu' else ''), flush=True)
+    why = torch_missing(args)
+    if why:
+        print('PyTorch: not compared ({})'.format(why))
+    else:
+        tstep, alloc, reserved = time_pytorch(args, batch)
+        result.update(torch_s=tstep, torch_img_s=batch / tstep,
+                      torch_peak_alloc_mib=alloc,
+                      torch_peak_reserved_mib=reserved, ratio=tstep / step)
+        print('PyTorch    {}: {:.4f} s/step, {:.1f} img/s{}'.format(
+            where, tstep, batch / tstep,
+            ', peak {:.0f} MiB allocated, {:.0f} MiB reserved (cudnn.'
+            'benchmark, TF32 off)'.format(alloc, reserved)
+            if args.device == 'gpu' else ''))
+        print('ratio minichain / PyTorch (images per second): {:.2f}x'
+              .format(tstep / step))
+    print('GPU_STEP ' + json.dumps(result), flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--arch', default='resnet50')
     p.add_argument('--stem', default='imagenet')
-    p.add_argument('--batch', type=int, default=64)
+    p.add_argument('--batch', type=int, nargs='+', default=[64])
     p.add_argument('--size', type=int, default=224)
     p.add_argument('--steps', type=int, default=5)
     p.add_argument('--warmup', type=int, default=2)
@@ -114,30 +150,8 @@ def main():
     args = p.parse_args()
     if args.device == 'gpu':
         backend.check_cuda_available()
-    where = '{} {} px, batch {}, float32 on {}'.format(
-        args.arch, args.size, args.batch, device_name(args))
-    result = {'device': device_name(args), 'batch': args.batch,
-              'size': args.size, 'arch': args.arch}
-    step, held = time_minichain(args)
-    result.update(minichain_s=step, minichain_img_s=args.batch / step,
-                  minichain_mib=held)
-    print('minichain  {}: {:.4f} s/step, {:.1f} img/s{}'.format(
-        where, step, args.batch / step, ', {:.0f} MiB in the CuPy pool'.format(
-            held) if args.device == 'gpu' else ''), flush=True)
-    why = torch_missing(args)
-    if why:
-        print('PyTorch: not compared ({})'.format(why))
-    else:
-        tstep, peak = time_pytorch(args)
-        result.update(torch_s=tstep, torch_img_s=args.batch / tstep,
-                      torch_mib=peak, ratio=tstep / step)
-        print('PyTorch    {}: {:.4f} s/step, {:.1f} img/s{}'.format(
-            where, tstep, args.batch / tstep,
-            ', {:.0f} MiB peak allocated (cudnn.benchmark, TF32 off)'.format(
-                peak) if args.device == 'gpu' else ''))
-        print('ratio minichain / PyTorch (images per second): {:.2f}x'
-              .format(tstep / step))
-    print('GPU_STEP ' + json.dumps(result), flush=True)
+    for batch in args.batch:
+        run(args, batch)
 
 
 if __name__ == '__main__':

@@ -17,6 +17,8 @@ import threading
 
 import numpy
 
+from minichain import _cuda_wheels
+
 try:
     import cupy
     _cupy_import_error = None
@@ -45,16 +47,38 @@ def gpu_available():
 
 
 def check_cuda_available():
-    """Raise a clear ``RuntimeError`` unless a GPU can be used."""
+    """Raise a clear ``RuntimeError`` unless a GPU can be used.
+
+    The message names what is missing: CuPy itself, a CUDA device, or the
+    CUDA pieces that CuPy 14 no longer ships in its wheel (NVRTC and the
+    CUDA headers, needed to compile every kernel) with the pip package
+    that provides each.
+    """
     if cupy is None:
         raise RuntimeError(
             'minichain: CuPy is not installed or failed to import ({}); '
-            'install the GPU extra: pip install "minichain[gpu]"'.format(
+            'install the GPU extra for your CUDA version: pip install '
+            '"minichain[cuda12]" or "minichain[cuda13]"'.format(
                 _cupy_import_error))
     if not gpu_available():
         raise RuntimeError(
             'minichain: CuPy is installed but no CUDA device is available '
             '(no driver, or CUDA_VISIBLE_DEVICES hides every GPU)')
+    problem = _toolkit_problem()
+    if problem:
+        raise RuntimeError('minichain: CuPy cannot compile kernels: ' + problem)
+
+
+_toolkit_checked = None
+
+
+def _toolkit_problem():
+    """'' when CuPy finds NVRTC and the CUDA headers, else what is missing
+    (checked once; see :func:`minichain._cuda_wheels.toolkit_problem`)."""
+    global _toolkit_checked
+    if _toolkit_checked is None:
+        _toolkit_checked = _cuda_wheels.toolkit_problem(cupy)
+    return _toolkit_checked
 
 
 def is_array(x):
@@ -129,16 +153,18 @@ def get_cupy():
 
 
 def get_nccl():
-    """``cupy.cuda.nccl``, or a ``RuntimeError`` saying what is missing."""
+    """``cupy.cuda.nccl``, or a ``RuntimeError`` saying what is missing.
+
+    CuPy 14 imports ``cupy.cuda.nccl`` even without the NCCL library and
+    only sets ``available = False``; the message then names the wheel.
+    """
     check_cuda_available()
     try:
         from cupy.cuda import nccl
     except ImportError as e:
-        raise RuntimeError('CuPy was built without NCCL ({}); install a CuPy '
-                           'wheel with NCCL or use the flat communicator'
-                           .format(e)) from e
+        raise RuntimeError(_cuda_wheels.nccl_missing(cupy, e)) from e
     if not getattr(nccl, 'available', True):
-        raise RuntimeError('NCCL is not available in this CuPy build')
+        raise RuntimeError(_cuda_wheels.nccl_missing(cupy, None))
     return nccl
 
 

@@ -15,12 +15,15 @@ and moves arrays to itself (``send``). GPU devices check for CuPy and a CUDA
 device when created, so a missing GPU fails early with backend's message.
 """
 import numbers
+import os
+import sys
 
 import numpy
 
 from minichain import backend
 
-__all__ = ['Device', 'CpuDevice', 'GpuDevice', 'get_device']
+__all__ = ['Device', 'CpuDevice', 'GpuDevice', 'get_device',
+           'get_rank_device']
 
 
 class Device:
@@ -81,6 +84,27 @@ class GpuDevice(Device):
         self.xp = backend.get_cupy()
         self.device_id = int(device_id)
         self.name = '@cupy:{}'.format(self.device_id)
+        visible = visible_gpu_count()
+        if self.device_id >= visible:
+            raise RuntimeError(
+                'get_device: GPU {} asked for, but this process sees {} '
+                'GPU(s) (CUDA_VISIBLE_DEVICES={}); a launcher that gives each '
+                'rank its own GPU leaves every rank one GPU 0: choose with '
+                'minichain.device.get_rank_device(comm.intra_rank, '
+                'comm.intra_size)'.format(self.device_id, visible,
+                                          _visible_env()))
+
+    def describe(self):
+        """``'GPU 0 (NVIDIA H200, PCI 0000:1b:00.0)'``: the id and what it
+        is, for messages saying which GPU a process took."""
+        runtime = self.xp.cuda.runtime
+        try:
+            name = runtime.getDeviceProperties(self.device_id)['name']
+            name = name.decode() if isinstance(name, bytes) else str(name)
+            bus = self.xp.cuda.Device(self.device_id).pci_bus_id
+            return 'GPU {} ({}, PCI {})'.format(self.device_id, name, bus)
+        except Exception:  # an old CuPy without pci_bus_id
+            return 'GPU {}'.format(self.device_id)
 
     def use(self):
         self.xp.cuda.Device(self.device_id).use()
@@ -128,3 +152,64 @@ def get_device(spec):
                 return GpuDevice(int(number))
     raise ValueError('get_device: unknown device spec {!r}; expected {}'
                      .format(spec, _SPEC_HELP))
+
+
+def _visible_env():
+    return os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')
+
+
+def visible_gpu_count():
+    """How many CUDA devices this process sees (0 without CuPy or GPU)."""
+    if not backend.gpu_available():
+        return 0
+    return int(backend.get_cupy().cuda.runtime.getDeviceCount())
+
+
+def rank_device_id(intra_rank, intra_size, visible):
+    """Which of the ``visible`` GPUs local rank ``intra_rank`` (of
+    ``intra_size`` ranks on its node) drives.
+
+    With at least one GPU per rank, rank k takes GPU k. A launcher that
+    binds GPUs itself (``CUDA_VISIBLE_DEVICES`` set per rank, as Slurm's
+    ``--gpus-per-task`` and many wrappers do) leaves each rank exactly one
+    visible GPU, its own, as device 0. With fewer GPUs than ranks, ranks
+    share GPUs round robin; NCCL refuses that (``pure_nccl`` says so on
+    every rank), the MPI communicators accept it.
+
+    Raises:
+        RuntimeError: no GPU is visible, or ``intra_rank`` is out of range.
+    """
+    if not 0 <= intra_rank < max(intra_size, 1):
+        raise RuntimeError('get_rank_device: local rank {} is not in [0, {})'
+                           .format(intra_rank, intra_size))
+    if visible < 1:
+        raise RuntimeError(
+            'get_rank_device: no GPU visible to local rank {} '
+            '(CUDA_VISIBLE_DEVICES={})'.format(intra_rank, _visible_env()))
+    if visible == 1:
+        return 0
+    return intra_rank % visible
+
+
+def get_rank_device(intra_rank, intra_size, report=True):
+    """The GPU this rank should drive, made current: see
+    :func:`rank_device_id` for the choice.
+
+    Args:
+        intra_rank, intra_size: ``comm.intra_rank`` and ``comm.intra_size``.
+        report: print one line to stderr saying which GPU this rank took
+            and how many it sees.
+    Returns:
+        a ``GpuDevice``.
+    """
+    visible = visible_gpu_count()
+    if visible == 0:
+        backend.check_cuda_available()  # says what is missing
+    dev = GpuDevice(rank_device_id(int(intra_rank), int(intra_size), visible))
+    dev.use()
+    if report:
+        print('minichain: local rank {} of {} uses {} of {} visible '
+              '(CUDA_VISIBLE_DEVICES={})'.format(
+                  intra_rank, intra_size, dev.describe(), visible,
+                  _visible_env()), file=sys.stderr, flush=True)
+    return dev

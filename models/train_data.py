@@ -50,12 +50,13 @@ def launcher_rank():
     return 0
 
 
-def get_device(kind, intra_rank):
-    """The host, or GPU ``intra_rank`` (made current) for ``kind='gpu'``."""
+def get_device(kind, intra_rank, intra_size=1):
+    """The host, or this rank's GPU among the visible ones (made current)
+    for ``kind='gpu'``."""
     if kind == 'cpu':
         return minichain.get_device(-1)
     try:
-        device = minichain.get_device(intra_rank)
+        device = minichain.device.get_rank_device(intra_rank, intra_size)
     except RuntimeError as e:
         raise UserError('--device gpu: {}'.format(e))
     device.use()

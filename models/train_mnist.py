@@ -87,10 +87,12 @@ def uses_gpu(spec):
 
 
 def device_spec(spec, comm):
-    """The get_device spec of this rank: 'gpu' picks GPU ``intra_rank``
-    (one GPU per process on each node); a plain number is an int spec."""
+    """The get_device spec of this rank: 'gpu' picks this rank's GPU among
+    the visible ones (minichain.device.get_rank_device); a plain number is
+    an int spec."""
     if spec.strip().lower() == 'gpu':
-        return '@cupy:{}'.format(comm.intra_rank)
+        return minichain.device.get_rank_device(comm.intra_rank,
+                                                comm.intra_size)
     if spec.strip().lstrip('-').isdigit():
         return int(spec)
     return spec

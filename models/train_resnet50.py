@@ -169,7 +169,8 @@ def agree(comm, fn, *args):
 
 def setup(args, comm):
     """Device, data, model, optimizer and trainer of this rank."""
-    device = agree(comm, train_data.get_device, args.device, comm.intra_rank)
+    device = agree(comm, train_data.get_device, args.device, comm.intra_rank,
+                   comm.intra_size)
     train, val, n_classes, in_ch, converters = train_data.load(args, comm,
                                                                agree)
     agree(comm, train_data.check_shard, args, len(train), comm.size)

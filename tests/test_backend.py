@@ -84,3 +84,53 @@ def test_gpu_round_trip():
     with backend.cuda_device(0):
         pair = backend.to_gpu([a, a])
     assert all(isinstance(x, cupy.ndarray) for x in pair)
+
+
+def test_nccl_message_names_the_wheel():
+    from minichain import _cuda_wheels as W
+    assert 'pip install nvidia-nccl-cu13' in W.nccl_missing(None, None, 13)
+    assert 'pip install nvidia-nccl-cu12' in W.nccl_missing(
+        None, ImportError('x'), 12)
+    assert 'nvidia-nccl-cu12 or nvidia-nccl-cu13' in W.nccl_missing(
+        None, None, 99)
+
+
+def _cupy_14_with(nvrtc_error):
+    def get_version():
+        if nvrtc_error:
+            raise OSError(nvrtc_error)
+        return (13, 0)
+    cuda = types.SimpleNamespace(is_available=lambda: True,
+                                 nvrtc=types.SimpleNamespace(
+                                     getVersion=get_version))
+    return types.SimpleNamespace(cuda=cuda, ndarray=type('A', (), {}),
+                                 __version__='14.2.0')
+
+
+@pytest.mark.parametrize('nvrtc_error,headers,says', [
+    ('libnvrtc.so.13: cannot open', '/inc', ['NVRTC', 'nvidia-cuda-nvrtc']),
+    (None, None, ['the CUDA headers', 'pip install nvidia-cuda-runtime']),
+    ('libnvrtc.so.13: cannot open', None, ['NVRTC', 'CUDA headers']),
+])
+def test_cupy_14_without_its_toolkit_wheels_says_which(
+        monkeypatch, nvrtc_error, headers, says):
+    """CuPy 14's wheel has no NVRTC and no CUDA headers: the first kernel
+    failed with "Failed to find CUDA headers"; now the GPU check names the
+    missing wheel."""
+    from minichain import _cuda_wheels
+    monkeypatch.setattr(backend, 'cupy', _cupy_14_with(nvrtc_error))
+    monkeypatch.setattr(backend, '_toolkit_checked', None)
+    monkeypatch.setattr(_cuda_wheels, 'cuda_headers', lambda: headers)
+    monkeypatch.setattr(_cuda_wheels, 'cuda_major', lambda cupy: 13)
+    with pytest.raises(RuntimeError) as e:
+        backend.check_cuda_available()
+    for text in says + ['minichain[cuda13]', 'cannot compile kernels']:
+        assert text in str(e.value)
+
+
+def test_cupy_14_with_its_toolkit_wheels_passes(monkeypatch):
+    from minichain import _cuda_wheels
+    monkeypatch.setattr(backend, 'cupy', _cupy_14_with(None))
+    monkeypatch.setattr(backend, '_toolkit_checked', None)
+    monkeypatch.setattr(_cuda_wheels, 'cuda_headers', lambda: '/inc')
+    backend.check_cuda_available()

@@ -79,3 +79,33 @@ def test_gpu_device_and_link_to_device():
 @pytest.mark.parametrize('spec', ['-1', ' -1 ', '-2'])
 def test_integer_strings_as_chainer_examples_pass_them(spec):
     assert minichain.get_device(spec).xp is numpy
+
+
+@pytest.mark.parametrize('rank,size,visible,want', [
+    (0, 4, 4, 0), (3, 4, 4, 3), (2, 4, 8, 2),
+    (1, 2, 1, 0),  # the launcher set CUDA_VISIBLE_DEVICES per rank
+    (3, 4, 1, 0),
+    (3, 4, 2, 1),  # fewer GPUs than ranks: round robin (NCCL refuses)
+])
+def test_rank_device_id_picks_from_what_is_visible(rank, size, visible,
+                                                   want):
+    assert device.rank_device_id(rank, size, visible) == want
+
+
+def test_rank_device_id_errors():
+    with pytest.raises(RuntimeError, match='no GPU visible to local rank 1'):
+        device.rank_device_id(1, 2, 0)
+    with pytest.raises(RuntimeError, match=r'local rank 2 is not in \[0, 2\)'):
+        device.rank_device_id(2, 2, 4)
+
+
+@gpu
+@pytest.mark.gpu
+def test_get_rank_device_on_a_gpu(capsys):
+    d = device.get_rank_device(0, 1)
+    assert d.device_id == 0
+    assert backend.get_cupy().cuda.Device().id == 0
+    assert 'local rank 0 of 1 uses GPU 0' in capsys.readouterr().err
+    n = device.visible_gpu_count()
+    with pytest.raises(RuntimeError, match='sees {} GPU'.format(n)):
+        minichain.get_device(n)

@@ -17,6 +17,7 @@ Creating a communicator also installs an abort-on-uncaught-exception hook
 (see :mod:`minichain.dist.safety` for how to turn it off).
 """
 import importlib
+import sys
 
 _COMMUNICATORS = {
     'naive': ('minichain.dist.naive', 'NaiveCommunicator'),
@@ -49,16 +50,37 @@ _LAZY = {
 __all__ = ['create_communicator'] + sorted(_LAZY)
 
 
-def _nccl_usable():
+def _why_not_nccl():
+    """'' when a GPU and NCCL are usable, else the reason (names what to
+    install)."""
     from minichain import backend
+    if backend.cupy is None:
+        return 'CuPy is not installed'
     if not backend.gpu_available():
-        return False
+        return 'no CUDA device is visible'
     try:
         from minichain.dist.pure_nccl import nccl_module
         nccl_module()
-    except RuntimeError:
-        return False
-    return True
+    except RuntimeError as e:
+        return str(e)
+    return ''
+
+
+_auto_told = False
+
+
+def _tell_auto_fallback(why, mpi_comm):
+    """Say once, on rank 0, why 'auto' did not pick NCCL: a GPU job that
+    silently fell back to MPI would only look slow."""
+    global _auto_told
+    if _auto_told:
+        return
+    _auto_told = True
+    from minichain.dist import _mpi
+    comm = _mpi.import_mpi().COMM_WORLD if mpi_comm is None else mpi_comm
+    if comm.rank == 0:
+        print("minichain.dist: create_communicator('auto') chose 'flat', not "
+              "'pure_nccl': {}".format(why), file=sys.stderr, flush=True)
 
 
 def create_communicator(communicator_name='auto', mpi_comm=None,
@@ -70,7 +92,8 @@ def create_communicator(communicator_name='auto', mpi_comm=None,
             ``'flat'`` (one packed MPI Allreduce), ``'pure_nccl'`` (NCCL on
             the GPUs), ``'hierarchical'`` (NCCL in a node, MPI between
             nodes), or ``'auto'``: ``'pure_nccl'`` when a GPU and NCCL are
-            usable, else ``'flat'``.
+            usable, else ``'flat'`` (rank 0 then says why, once, on
+            stderr).
         mpi_comm: an ``mpi4py.MPI.Comm`` (default ``MPI.COMM_WORLD``).
         allreduce_grad_dtype: dtype of the gradient transfer (float32 or
             float64; float16 and ``'bfloat16'`` only with NCCL), default the
@@ -84,7 +107,10 @@ def create_communicator(communicator_name='auto', mpi_comm=None,
     """
     name = communicator_name
     if name == 'auto':
-        name = 'pure_nccl' if _nccl_usable() else 'flat'
+        why = _why_not_nccl()
+        name = 'flat' if why else 'pure_nccl'
+        if why:
+            _tell_auto_fallback(why, mpi_comm)
     if name not in _COMMUNICATORS:
         raise ValueError('create_communicator: unknown communicator {!r}; '
                          'valid names: {}'.format(

@@ -3,7 +3,8 @@ import numpy
 
 from minichain.dist import _mpi
 from minichain.dist.pure_nccl import (PureNcclCommunicator,
-                                      check_one_gpu_per_rank, nccl_module)
+                                      check_one_gpu_per_rank, destroy_at_exit,
+                                      nccl_module)
 
 
 class HierarchicalCommunicator(PureNcclCommunicator):
@@ -40,6 +41,7 @@ class HierarchicalCommunicator(PureNcclCommunicator):
             self._nccl_comm = nccl.NcclCommunicator(self.intra_size, uid,
                                                     self.intra_rank)
         self._nccl_device = device_id
+        destroy_at_exit(self)
 
     def _sum_wire(self, nccl, wire, kind, stream, rec, t):
         """NCCL reduce to the node's first rank, MPI allreduce between the
@@ -80,7 +82,9 @@ class HierarchicalCommunicator(PureNcclCommunicator):
         wire.set(host)
 
     def finalize(self):
-        """Free the intra/inter MPI communicators and the NCCL one."""
+        """Destroy the NCCL communicator (as ``pure_nccl`` does), then free
+        the intra/inter MPI communicators. Safe to call twice."""
+        self._destroy_nccl(barrier=True)
         for comm in (self._intra_mpi, self._inter_mpi):
             if comm is not None:
                 comm.Free()

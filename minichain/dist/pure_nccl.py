@@ -3,6 +3,10 @@
 CuPy and NCCL are reached only through ``minichain.backend`` and only when a
 GPU gradient is first averaged, so importing this module needs neither.
 """
+import atexit
+import sys
+import weakref
+
 import numpy
 
 from minichain import backend
@@ -54,18 +58,61 @@ def check_one_gpu_per_rank(mpi_comm, device_id, where):
         (node, bus_id), ranks = shared[0]
         raise RuntimeError(
             '{}: {} all use GPU {} (bus {}) on node {}; NCCL needs one GPU per '
-            'rank. Select a device per rank before creating the model, e.g. '
-            'cupy.cuda.Device(comm.intra_rank).use() and '
-            'model.to_gpu(comm.intra_rank)'.format(
+            'rank. Select a device per rank before creating the model: '
+            'device = minichain.device.get_rank_device(comm.intra_rank, '
+            'comm.intra_size); model.to_device(device)'.format(
                 where, safety.format_ranks(ranks), keys[ranks[0]][2], bus_id,
                 node))
 
 
+def _mpi_running():
+    MPI = _mpi.import_mpi()
+    return MPI.Is_initialized() and not MPI.Is_finalized()
+
+
+def destroy_at_exit(comm):
+    """Destroy ``comm``'s NCCL communicator at interpreter exit unless
+    ``finalize`` did it before.
+
+    ``atexit`` runs handlers last-registered first: this one (registered
+    when NCCL starts) runs before CuPy's exit handlers (registered at its
+    import) and before mpi4py's MPI_Finalize (after every handler), so the
+    GPU is synchronized while CUDA still works. Without it the NCCL
+    communicator was destroyed by garbage collection during shutdown, with
+    the last allreduce possibly in flight. No barrier at exit: a rank
+    leaving on an error (with the abort hook turned off) must not wait
+    there for ranks that are still training. A weak reference, so that a
+    dropped communicator is not kept alive.
+    """
+    atexit.register(_destroy_at_exit, weakref.ref(comm))
+
+
+def _destroy_at_exit(ref):
+    comm = ref()
+    if comm is None:
+        return
+    try:
+        comm._destroy_nccl(barrier=False)
+    except Exception as e:  # never a traceback at exit
+        print('minichain {}: NCCL teardown at exit failed: {}: {}'.format(
+            comm.name, type(e).__name__, e), file=sys.stderr)
+
+
 def to_bfloat16_bits(x32):
-    """float32 -> bfloat16 bit patterns (uint16), rounding to nearest even."""
+    """float32 -> bfloat16 bit patterns (uint16), rounding to nearest even.
+
+    NaN stays NaN (quiet, same sign): the rounding bias would carry a NaN's
+    mantissa into the exponent, so that CUDA's canonical NaN 0x7FFFFFFF
+    wraps to 0x8000 (-0.0), 0xFFFFFFFF to 0x0000 and a NaN with only low
+    mantissa bits rounds to inf, and the finite check after the allreduce
+    would pass over them.
+    """
     xp = backend.get_array_module(x32)
     bits = x32.view(xp.uint32)
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(xp.uint16)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(xp.uint16)
+    nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    quiet = ((bits >> 16) | 0x0040).astype(xp.uint16)
+    return xp.where(nan, quiet, rounded)
 
 
 def from_bfloat16_bits(b16):
@@ -126,6 +173,7 @@ class PureNcclCommunicator(FlatCommunicator):
         with cupy.cuda.Device(device_id):
             self._nccl_comm = nccl.NcclCommunicator(self.size, uid, self.rank)
         self._nccl_device = device_id
+        destroy_at_exit(self)
 
     def allreduce(self, x, op='sum'):
         """Elementwise sum or mean of ``x`` over all ranks (see the MPI
@@ -224,8 +272,23 @@ class PureNcclCommunicator(FlatCommunicator):
         _packing.Packer(entries).unpack(buf)
 
     def finalize(self):
-        """Destroy the NCCL communicator, then release the MPI one if owned."""
-        if self._nccl_comm is not None:
-            self._nccl_comm.destroy()
-            self._nccl_comm = None
+        """Wait for the GPU, meet the other ranks, destroy the NCCL
+        communicator, then release the MPI one if owned (as ChainerMN does).
+
+        Collective: every rank calls it. The device synchronization covers
+        every stream, so an allreduce still in flight (double buffering
+        launches the last one on its own stream) ends before NCCL goes.
+        Calling it again does nothing; a communicator not finalized is
+        cleaned up at interpreter exit (see :func:`_destroy_at_exit`).
+        """
+        self._destroy_nccl(barrier=True)
         super().finalize()
+
+    def _destroy_nccl(self, barrier):
+        nccl_comm, self._nccl_comm = self._nccl_comm, None
+        if nccl_comm is None:
+            return
+        backend.get_cupy().cuda.Device(self._nccl_device).synchronize()
+        if barrier and self.mpi_comm is not None and _mpi_running():
+            self.mpi_comm.Barrier()
+        nccl_comm.destroy()

@@ -1,10 +1,15 @@
 """Equivalence testing for users: data-parallel training == one process.
 
-Call :func:`assert_data_parallel_equivalent` inside your own test, run under
-``mpiexec -n K``. It proves that your model, loss and optimizer train the
-same on K ranks as on one process with the whole batch, which catches a
-model that is not the same on every rank, per-rank batch statistics, a loss
-that is summed instead of averaged, randomness that differs between ranks...
+Call :func:`assert_data_parallel_equivalent` inside your own test on K >= 2
+ranks: mark the test ``@pytest.mark.mpi(ranks=[2, 3])`` and plain ``pytest``
+runs it under ``mpiexec -n 2`` and ``-n 3``
+(:mod:`minichain.dist.pytest_plugin`, docs/testing.md). It proves that
+your model, loss and optimizer train the same on K ranks as on one process
+with the whole batch, which catches a model that is not the same on every
+rank, per-rank batch statistics, a loss that is summed instead of averaged,
+randomness that differs between ranks...
+On one rank it raises instead of passing: one process compared with itself
+proves nothing.
 """
 import numpy
 
@@ -14,9 +19,35 @@ from minichain.configuration import no_backprop_mode, using_config
 from minichain.dist.batch_normalization import MultiNodeBatchNormalization
 from minichain.dist.datasets import shard_bounds
 from minichain.dist.optimizers import create_multi_node_optimizer
-from minichain.links import BatchNormalization
 
 _MAX_LINES = 20
+
+# The options of create_multi_node_optimizer that the single-process
+# reference knows how to follow: for each, the number of updates by which
+# the applied gradient lags (double buffering applies the previous step's
+# gradients). An option missing here is refused rather than compared
+# against a reference that ignores it.
+_LAG_OF_OPTION = {'zero_fill': 0, 'double_buffering': 1}
+
+
+class NotEnoughRanksError(ValueError):
+    """An equivalence check was called on fewer than two ranks."""
+
+
+def require_ranks(comm, where):
+    """Raise :class:`NotEnoughRanksError` unless ``comm`` has two ranks or
+    more; the message says how to run the test on more ranks. Every
+    equivalence check starts with it."""
+    __tracebackhide__ = True
+    if comm.size >= 2:
+        return
+    raise NotEnoughRanksError(
+        '{}: the communicator has {} rank, so the data-parallel run would be '
+        'compared with itself and pass whatever the model does. Run the test '
+        'on 2 or more ranks: mark it @pytest.mark.mpi(ranks=[2, 3]) '
+        '(minichain\'s pytest plugin then runs it under mpiexec -n 2 and '
+        '-n 3 from plain pytest; see docs/testing.md), or start the tests '
+        'yourself: mpiexec -n 2 python -m pytest ...'.format(where, comm.size))
 
 
 def default_lossfun(model, x, t):
@@ -32,14 +63,16 @@ def _default_optimizer():
     return MomentumSGD(lr=0.1, momentum=0.9)
 
 
-def _to_local_bn(model):
-    # The single-process reference normalizes its (full) batch by itself:
-    # that is exactly what the synchronized layer emulates across ranks.
+def _one_process_reference(model, comm):
+    """Make ``model`` the single-process reference: each synchronized batch
+    normalization gets a communicator of this process alone, so it
+    normalizes the whole batch on its own, which is what the data-parallel
+    layers together emulate. Returns that communicator (to free)."""
+    alone = comm.split(comm.rank, 0)
     for _, link in model.namedlinks():
         if isinstance(link, MultiNodeBatchNormalization):
-            link.__class__ = BatchNormalization
-            del link.__dict__['comm']
-    return model
+            link.comm = alone
+    return alone
 
 
 def _compare_group(pairs, rank, rtol, atol, out):
@@ -76,27 +109,36 @@ def _compare_group(pairs, rank, rtol, atol, out):
 def assert_data_parallel_equivalent(make_model, x, t, comm, lossfun=None,
                                     steps=1, make_optimizer=None,
                                     local_sizes=None, rtol=None, atol=0.0,
-                                    check_persistents=True):
+                                    check_persistents=True,
+                                    multi_node_options=None):
     """Assert that data-parallel training equals one process on the batch.
 
     Every rank trains two copies of ``make_model()`` from the same start
     (rank 0's initial values): a reference on the whole batch ``(x, t)``
     with a plain optimizer, and a data-parallel one on its shard through
-    ``create_multi_node_optimizer`` (each shard's mean loss weighted by
-    ``size * n_local / N``, so unequal shards average correctly). In the
-    reference every ``MultiNodeBatchNormalization`` acts as a per-process
-    ``L.BatchNormalization`` (on the whole batch, which is what the
-    synchronized layer emulates). After every step the averaged gradients
-    are compared; after the last, the parameters and persistents.
+    ``create_multi_node_optimizer(..., **multi_node_options)`` (each
+    shard's mean loss weighted by ``size * n_local / N``, so unequal shards
+    average correctly). In the reference every
+    ``MultiNodeBatchNormalization`` is given a communicator of its own
+    process alone, so it normalizes the whole batch by itself (what the
+    synchronized layers emulate together). After every step the gradients
+    that were applied are compared; after the last, the parameters, the
+    persistents and the optimizers' step counts.
+
+    With ``double_buffering=True`` in ``multi_node_options`` the reference
+    follows the same one-step-stale schedule on one process: update k
+    applies the gradient computed at update k - 1, and the first update
+    applies nothing. ``steps`` counts applied steps either way (so double
+    buffering runs ``steps + 1`` updates).
 
     Args:
         make_model: callable returning a fresh Link (the same architecture
             on every rank; initial values may differ, rank 0's are used).
         x, t: the whole batch (rank 0's values are broadcast).
-        comm: a minichain.dist communicator.
+        comm: a minichain.dist communicator of 2 or more ranks.
         lossfun: ``lossfun(model, x, t)`` -> scalar mean loss over the
             batch; default :func:`default_lossfun`.
-        steps: number of optimizer updates.
+        steps: number of optimizer steps.
         make_optimizer: callable returning a fresh optimizer; default
             ``MomentumSGD(lr=0.1, momentum=0.9)``.
         local_sizes: examples per rank (sum ``len(x)``, each >= 1); default
@@ -107,10 +149,24 @@ def assert_data_parallel_equivalent(make_model, x, t, comm, lossfun=None,
             gradients that are zero up to roundoff do not fail on noise;
             rtol defaults to 1e-10 for float64 data, 1e-4 otherwise.
         check_persistents: also compare persistents (running statistics).
+        multi_node_options: keyword arguments of
+            ``create_multi_node_optimizer`` (``double_buffering``,
+            ``zero_fill``); one the reference cannot follow is refused.
     Raises:
+        NotEnoughRanksError: ``comm`` has a single rank (a ValueError).
+        ValueError: bad ``local_sizes`` or an unknown option.
         AssertionError: on every rank, naming each step, parameter, rank
             and worst element that differ.
     """
+    __tracebackhide__ = True  # pytest shows the caller's line, not ours
+    options = dict(multi_node_options or {})
+    unknown = sorted(set(options) - set(_LAG_OF_OPTION))
+    if unknown:
+        raise ValueError('assert_data_parallel_equivalent: the reference '
+                         'cannot follow multi_node_options {} (known: {})'
+                         .format(unknown, sorted(_LAG_OF_OPTION)))
+    require_ranks(comm, 'assert_data_parallel_equivalent')
+    lag = max([_LAG_OF_OPTION[k] for k, v in options.items() if v] + [0])
     lossfun = lossfun or default_lossfun
     make_optimizer = make_optimizer or _default_optimizer
     x, t = comm.bcast(x), comm.bcast(t)
@@ -129,46 +185,33 @@ def assert_data_parallel_equivalent(make_model, x, t, comm, lossfun=None,
         rank]]
     weight = size * local_sizes[rank] / n
 
-    ref, dp = _to_local_bn(make_model()), make_model()
-    with using_config('train', False), no_backprop_mode():
-        for model in (ref, dp):
-            if any(p.array is None for p in model.params()):
-                model(x[:1])  # lazy initialization (no communication)
-    dp_opt = create_multi_node_optimizer(make_optimizer(), comm).setup(dp)
-    dp_opt.update()  # broadcasts rank 0's parameters and persistents
-    ref.copyparams(dp)
-    ref_opt = make_optimizer().setup(ref)
-
-    failures = []
-    for step in range(1, steps + 1):
-        ref_opt.update(lambda: lossfun(ref, x, t))
-        dp_opt.update(lambda: lossfun(dp, xs, ts) * weight)
-        pairs = []
-        for (name, pr), (_, pd) in zip(ref.namedparams(), dp.namedparams()):
-            if pr.grad is None and pd.grad is None:
-                continue
-            if (pr.grad is None) != (pd.grad is None):
-                failures.append('step {}, gradient of {} on rank {}: None on '
-                                'one side only'.format(step, name, rank))
-                continue
-            pairs.append(('step {}, gradient of {}'.format(step, name),
-                          pd.grad, pr.grad))
-        _compare_group(pairs, rank, rtol, atol, failures)
-    _compare_group([('parameter {} after {} steps'.format(name, steps),
-                     pd.array, pr.array) for (name, pr), (_, pd) in
-                    zip(ref.namedparams(), dp.namedparams())],
-                   rank, rtol, atol, failures)
-    if check_persistents:
-        pairs = []
-        for (name, vr), (_, vd) in zip(ref.namedpersistents(),
-                                       dp.namedpersistents()):
-            if backend.is_array(vr):
-                pairs.append(('persistent {} after {} steps'.format(
-                    name, steps), vd, vr))
-            elif vr != vd:
-                failures.append('persistent {} on rank {}: {!r} vs {!r}'
-                                .format(name, rank, vd, vr))
-        _compare_group(pairs, rank, rtol, atol, failures)
+    ref, dp = make_model(), make_model()
+    alone = _one_process_reference(ref, comm)
+    try:
+        with using_config('train', False), no_backprop_mode():
+            for model in (ref, dp):
+                if any(p.array is None for p in model.params()):
+                    model(x[:1])  # lazy initialization (no communication)
+        dp_opt = create_multi_node_optimizer(make_optimizer(), comm,
+                                             **options).setup(dp)
+        dp_opt.update()  # broadcasts rank 0's parameters and persistents
+        ref.copyparams(dp)
+        ref_opt = _LaggedOptimizer(make_optimizer().setup(ref), lag)
+        failures = []
+        for call in range(1, steps + lag + 1):
+            stepped = ref_opt.update(lambda: lossfun(ref, x, t))
+            dp_opt.update(lambda: lossfun(dp, xs, ts) * weight)
+            if stepped:
+                _compare_gradients(ref, dp, call - lag, rank, rtol, atol,
+                                   failures)
+        _compare_state(ref, dp, steps, rank, rtol, atol, check_persistents,
+                       failures)
+        if dp_opt.t != ref_opt.optimizer.t:
+            failures.append('step count on rank {}: the data-parallel '
+                            'optimizer took {} steps, the single-process one '
+                            '{}'.format(rank, dp_opt.t, ref_opt.optimizer.t))
+    finally:
+        alone.finalize()
     every = [line for lines in comm.allgather_obj(failures) for line in lines]
     if every:
         shown = every[:_MAX_LINES]
@@ -178,3 +221,62 @@ def assert_data_parallel_equivalent(make_model, x, t, comm, lossfun=None,
             'ranks differs from one process ({} mismatches):\n  {}{}'.format(
                 size, len(every), '\n  '.join(shown),
                 '\n  ... and {} more'.format(more) if more else ''))
+
+
+class _LaggedOptimizer:
+    """A plain optimizer on one process that applies, at each update, the
+    gradient computed ``lag`` updates before (0: at once, as usual)."""
+
+    def __init__(self, optimizer, lag):
+        self.optimizer, self.lag, self.pending = optimizer, lag, []
+
+    def update(self, lossfun):
+        """Compute this update's gradient; apply the one due now. Returns
+        whether a step was taken."""
+        if not self.lag:
+            self.optimizer.update(lossfun)
+            return True
+        target = self.optimizer.target
+        target.cleargrads()
+        lossfun().backward()
+        self.pending.append([p.grad for p in target.params()])
+        if len(self.pending) <= self.lag:
+            return False
+        for p, g in zip(target.params(), self.pending.pop(0)):
+            p.grad = g
+        self.optimizer.update()
+        return True
+
+
+def _compare_gradients(ref, dp, step, rank, rtol, atol, failures):
+    pairs = []
+    for (name, pr), (_, pd) in zip(ref.namedparams(), dp.namedparams()):
+        if pr.grad is None and pd.grad is None:
+            continue
+        if (pr.grad is None) != (pd.grad is None):
+            failures.append('step {}, gradient of {} on rank {}: None on one '
+                            'side only'.format(step, name, rank))
+            continue
+        pairs.append(('step {}, gradient of {}'.format(step, name), pd.grad,
+                      pr.grad))
+    _compare_group(pairs, rank, rtol, atol, failures)
+
+
+def _compare_state(ref, dp, steps, rank, rtol, atol, check_persistents,
+                   failures):
+    _compare_group([('parameter {} after {} steps'.format(name, steps),
+                     pd.array, pr.array) for (name, pr), (_, pd) in
+                    zip(ref.namedparams(), dp.namedparams())],
+                   rank, rtol, atol, failures)
+    if not check_persistents:
+        return
+    pairs = []
+    for (name, vr), (_, vd) in zip(ref.namedpersistents(),
+                                   dp.namedpersistents()):
+        if backend.is_array(vr):
+            pairs.append(('persistent {} after {} steps'.format(name, steps),
+                          vd, vr))
+        elif vr != vd:
+            failures.append('persistent {} on rank {}: {!r} vs {!r}'.format(
+                name, rank, vd, vr))
+    _compare_group(pairs, rank, rtol, atol, failures)

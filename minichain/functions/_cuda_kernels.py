@@ -76,7 +76,8 @@ _POOL_PRELUDE = '''
 '''
 
 # The max over the window's in-bounds pixels (padding counts as -inf), and
-# its window-local index ky*kw + kx; the first maximum wins, as in NumPy.
+# its window-local index ky*kw + kx; the first maximum wins, as in NumPy,
+# and NaN wins over any number (the first NaN; `v > best` alone drops it).
 _MAX_FWD = _POOL_PRELUDE + '''
     T best = neg_inf;
     int arg = 0;
@@ -87,7 +88,10 @@ _MAX_FWD = _POOL_PRELUDE + '''
             const int x = x0 + kx;
             if (x < 0 || x >= w) continue;
             const T v = src[y * w + x];
-            if (v > best) { best = v; arg = ky * kw + kx; }
+            if (v > best || (v != v && best == best)) {
+                best = v;
+                arg = ky * kw + kx;
+            }
         }
     }
     out = best;
@@ -157,12 +161,19 @@ SPECS = {
 }
 
 
+def make_kernel(cupy, name):
+    """The ``cupy.ElementwiseKernel`` of ``SPECS[name]`` (CuPy compiles it at
+    its first call, per dtype). Also called by ``tests/cuda`` to compile
+    every kernel without a GPU."""
+    in_params, out_params, operation = SPECS[name]
+    return cupy.ElementwiseKernel(in_params, out_params, operation,
+                                  'minichain_' + name)
+
+
 def _kernel(name):
-    """The compiled kernel (built once per process, on first use)."""
+    """The kernel object (built once per process, on first use)."""
     if name not in _kernels:
-        in_params, out_params, operation = SPECS[name]
-        _kernels[name] = backend.get_cupy().ElementwiseKernel(
-            in_params, out_params, operation, 'minichain_' + name)
+        _kernels[name] = make_kernel(backend.get_cupy(), name)
     return _kernels[name]
 
 

@@ -56,9 +56,11 @@ def _prod(xs):
     return p
 
 
-def _acc_dtype(dtype):
-    """Accumulate half precision sums in float32."""
-    return numpy.float32 if dtype == numpy.float16 else dtype
+def acc_dtype(dtype):
+    """The dtype of the statistics and sums for inputs of ``dtype``: half
+    precision is accumulated and kept in float32 (as Chainer and cuDNN do;
+    a per-channel sum of 200k values near 1 overflows float16)."""
+    return numpy.dtype(numpy.float32 if dtype == numpy.float16 else dtype)
 
 
 def _as3d(a, lay):
@@ -72,8 +74,8 @@ def channel_sum(a, lay):
     """Per-channel sum of a NumPy array shaped like x."""
     a3 = _as3d(a, lay)
     if a3 is None:
-        s = a.sum(axis=lay.axes, dtype=_acc_dtype(a.dtype))
-        return s.astype(a.dtype, copy=False).reshape(lay.cshape)
+        s = a.sum(axis=lay.axes, dtype=acc_dtype(a.dtype))
+        return s.reshape(lay.cshape)
     P, C, L = lay.view
     if L == 1:
         s = numpy.ones(P, a.dtype) @ a3.reshape(P, C)
@@ -87,8 +89,8 @@ def channel_dot(a, b, lay):
     layout allows BLAS."""
     a3, b3 = _as3d(a, lay), _as3d(b, lay)
     if a3 is None or b3 is None or a.dtype != b.dtype:
-        s = (a * b).sum(axis=lay.axes, dtype=_acc_dtype(a.dtype))
-        return s.astype(a.dtype, copy=False).reshape(lay.cshape)
+        s = (a * b).sum(axis=lay.axes, dtype=acc_dtype(a.dtype))
+        return s.reshape(lay.cshape)
     P, C, L = lay.view
     if L == 1:
         s = numpy.einsum('pc,pc->c', a3.reshape(P, C), b3.reshape(P, C))
@@ -119,14 +121,24 @@ def channel_op(ufunc, a, c, lay, out=None):
 
 
 # -- CPU ----------------------------------------------------------------------
+def _wide(*arrays):
+    return [a.astype(numpy.float32) for a in arrays]
+
+
 def cpu_forward(x, gamma, beta, eps, lay):
     """Training forward on NumPy.
+
+    float16 is computed in float32 (a pass to widen x, one to narrow y),
+    and its statistics stay float32.
 
     Returns:
         ``(y, mean, var, inv_std, centered)``: ``var`` is the biased batch
         variance; ``centered`` tells the backward whether the statistics
         needed ``x - mean`` (see :func:`cpu_backward`).
     """
+    if x.dtype == numpy.float16:
+        y, *stats = cpu_forward(*_wide(x, gamma, beta), eps, lay)
+        return (y.astype(numpy.float16),) + tuple(stats)
     m = lay.m
     mean = channel_sum(x, lay) / m
     xc = None
@@ -158,7 +170,12 @@ def cpu_backward(x, gamma, gy, mean, inv_std, centered, lay):
     ``ggamma = inv_std * (sum(gy * src) - shift * sum(gy))``, ``gbeta =
     sum(gy)``, and ``gx = a * (gy - q * src + r)`` with ``a = gamma *
     inv_std``, ``q = inv_std * ggamma / m``, ``r = q * shift - gbeta / m``.
+    float16 is computed in float32, as in :func:`cpu_forward`.
     """
+    if x.dtype == numpy.float16:
+        x, gamma, gy = _wide(x, gamma, gy)
+        grads = cpu_backward(x, gamma, gy, mean, inv_std, centered, lay)
+        return tuple(g.astype(numpy.float16) for g in grads)
     m = lay.m
     gbeta = channel_sum(gy, lay)
     if centered:
@@ -181,58 +198,77 @@ def cpu_backward(x, gamma, gy, mean, inv_std, centered, lay):
 _gpu_kernels = {}
 
 
+def make_kernels(cupy, acc):
+    """The CuPy kernels of batch normalization whose statistics are of dtype
+    ``acc`` (``'float32'`` for float16 and float32 inputs, ``'float64'``).
+
+    ``T`` is the input's dtype; sums, means and per-channel factors are
+    ``acc``, so that a float16 input never holds a sum. Also called by
+    ``tests/cuda`` to compile every kernel without a GPU.
+    """
+    c = {'float32': 'float', 'float64': 'double'}[acc]
+
+    def reduction(in_params, expr, name):
+        return cupy.ReductionKernel(
+            in_params, acc + ' y', expr, 'a + b', 'y = a', '0',
+            'minichain_bn_' + name, reduce_type=c)
+    dev = '(({})x - mean)'.format(c)
+    return {
+        # per-channel sums of (x - mean)^2 and gy * (x - mean), reading
+        # the big arrays once and writing no temporaries
+        'sq_dev': reduction('T x, {} mean'.format(acc),
+                            '{0} * {0}'.format(dev), 'sq_dev'),
+        'dot_dev': reduction('T gy, T x, {} mean'.format(acc),
+                             '({})gy * {}'.format(c, dev), 'dot_dev'),
+        'sum': reduction('T x', 'x', 'sum'),
+        'fwd': cupy.ElementwiseKernel(
+            'T x, {0} mean, {0} scale, {0} beta'.format(acc), 'T y',
+            'y = (T)({} * scale + beta)'.format(dev), 'minichain_bn_fwd'),
+        'bwd': cupy.ElementwiseKernel(
+            'T gy, T x, {0} mean, {0} a, {0} q, {0} r'.format(acc), 'T gx',
+            'gx = (T)(a * (({})gy - q * {} + r))'.format(c, dev),
+            'minichain_bn_bwd'),
+    }
+
+
 def _kernels(dtype):
-    """Compile-once CuPy kernels; the sums accumulate in float or double."""
-    acc = 'double' if dtype == numpy.float64 else 'float'
+    """The compile-once kernels for inputs of ``dtype``."""
+    acc = acc_dtype(dtype).name
     if acc not in _gpu_kernels:
-        cupy = backend.get_cupy()
-        _gpu_kernels[acc] = {
-            # per-channel sums of (x - mean)^2 and gy * (x - mean), reading
-            # the big arrays once and writing no temporaries
-            'sq_dev': cupy.ReductionKernel(
-                'T x, T mean', 'T y', '(x - mean) * (x - mean)', 'a + b',
-                'y = a', '0', 'minichain_bn_sq_dev', reduce_type=acc),
-            'dot_dev': cupy.ReductionKernel(
-                'T gy, T x, T mean', 'T y', 'gy * (x - mean)', 'a + b',
-                'y = a', '0', 'minichain_bn_dot_dev', reduce_type=acc),
-            'sum': cupy.ReductionKernel(
-                'T x', 'T y', 'x', 'a + b', 'y = a', '0',
-                'minichain_bn_sum', reduce_type=acc),
-            'fwd': cupy.ElementwiseKernel(
-                'T x, T mean, T scale, T beta', 'T y',
-                'y = (x - mean) * scale + beta', 'minichain_bn_fwd'),
-            'bwd': cupy.ElementwiseKernel(
-                'T gy, T x, T mean, T a, T q, T r', 'T gx',
-                'gx = a * (gy - q * (x - mean) + r)', 'minichain_bn_bwd'),
-        }
+        _gpu_kernels[acc] = make_kernels(backend.get_cupy(), acc)
     return _gpu_kernels[acc]
 
 
+def _channels(lay, acc, *arrays):
+    """Channel arrays as ``acc``, shaped to broadcast against x."""
+    return [a.astype(acc, copy=False).reshape(lay.bshape) for a in arrays]
+
+
 def gpu_forward(x, gamma, beta, eps, lay):
-    """Training forward on CuPy; same results as :func:`cpu_forward`."""
+    """Training forward on CuPy; same results as :func:`cpu_forward`
+    (statistics of dtype :func:`acc_dtype`)."""
     cupy = backend.get_cupy()
-    k = _kernels(x.dtype)
+    k, acc = _kernels(x.dtype), acc_dtype(x.dtype)
     mean = k['sum'](x, axis=lay.axes) / lay.m
-    mb = mean.reshape(lay.bshape)
+    mb, = _channels(lay, acc, mean)
     var = k['sq_dev'](x, mb, axis=lay.axes) / lay.m
     inv_std = 1 / cupy.sqrt(var + eps)
-    y = k['fwd'](x, mb, (gamma * inv_std).reshape(lay.bshape),
-                 beta.reshape(lay.bshape))
+    y = k['fwd'](x, mb, *_channels(lay, acc, gamma * inv_std, beta))
     return y, mean, var, inv_std, True
 
 
 def gpu_backward(x, gamma, gy, mean, inv_std, centered, lay):
     """Fused gradients on CuPy (the formula of :func:`cpu_backward`, with
     ``x - mean`` computed on the fly inside the kernels)."""
-    k = _kernels(x.dtype)
+    k, acc = _kernels(x.dtype), acc_dtype(x.dtype)
     m = lay.m
-    mb = mean.reshape(lay.bshape)
+    mb, = _channels(lay, acc, mean)
     gbeta = k['sum'](gy, axis=lay.axes)
     ggamma = inv_std * k['dot_dev'](gy, x, mb, axis=lay.axes)
     q = inv_std * ggamma / m
-    gx = k['bwd'](gy, x, mb, (gamma * inv_std).reshape(lay.bshape),
-                  q.reshape(lay.bshape), (-gbeta / m).reshape(lay.bshape))
-    return gx, ggamma, gbeta
+    a, qb, rb = _channels(lay, acc, gamma * inv_std, q, -gbeta / m)
+    gx = k['bwd'](gy, x, mb, a, qb, rb)
+    return gx, ggamma.astype(gamma.dtype), gbeta.astype(gamma.dtype)
 
 
 def affine(x, mean, scale, beta, lay):
@@ -241,7 +277,6 @@ def affine(x, mean, scale, beta, lay):
     xp = backend.get_array_module(x)
     if xp is not numpy:
         return _kernels(x.dtype)['fwd'](
-            x, mean.reshape(lay.bshape), scale.reshape(lay.bshape),
-            beta.reshape(lay.bshape))
+            x, *_channels(lay, acc_dtype(x.dtype), mean, scale, beta))
     y = channel_op(numpy.multiply, x, scale, lay)
     return channel_op(numpy.add, y, beta - mean * scale, lay, out=y)

@@ -50,6 +50,7 @@ class MaxPooling2D(FunctionNode):
             numpy.subtract(itype(k), idx, out=step)
             numpy.multiply(step, mask, out=step)
             numpy.add(idx, step, out=idx)  # idx = k where v won
+        _point_at_first_nan(grid, ph, best, idx)
         # The argmax indexes stay on self: backward needs them, they are a
         # fraction of y's size, and recomputing them would need x.
         self.indexes = grid.crop(idx, x.shape[:2])
@@ -57,6 +58,20 @@ class MaxPooling2D(FunctionNode):
 
     def backward(self, indexes, grad_outputs):
         return MaxPooling2DGrad(self.g, self.indexes).apply(grad_outputs)
+
+
+def _point_at_first_nan(grid, ph, best, idx):
+    """NaN wins a window, as in NumPy's max and argmax and in cuDNN
+    (CUDNN_PROPAGATE_NAN): ``maximum`` already carried NaN into ``best``;
+    here ``idx`` is moved to the window's first NaN, so that the gradient
+    goes where the NaN came from. One pass over the output when there is
+    no NaN."""
+    nan = numpy.isnan(best)
+    if not nan.any():
+        return
+    for k, a, b, shift in reversed(grid.offsets):  # the first NaN is set last
+        hit = numpy.isnan(grid.window(ph, a, b, shift)) & nan
+        idx[hit] = k
 
 
 class MaxPooling2DGrad(FunctionNode):
@@ -185,7 +200,9 @@ def max_pooling_2d(x, ksize, stride=None, pad=0, cover_all=True):
 
     ``y[n, c, i, j] = max_{ky, kx} x_pad[n, c, i*sy + ky, j*sx + kx]``
     where padding counts as -inf. The gradient flows to the first maximum
-    of each window (argmax indexes are kept from the forward pass).
+    of each window (argmax indexes are kept from the forward pass). NaN
+    propagates: a window holding NaN gives NaN and sends its gradient to
+    its first NaN, on both devices (as NumPy's max and cuDNN do).
 
     Args:
         x: (N, C, H, W) input.

@@ -1,46 +1,23 @@
 """Every CPU communicator under real ``mpiexec -n K`` for K = 1, 2, 3, 4.
 
-One MPI job per K runs all the checks of workers/battery.py (launching is
-the slow part); each check is reported as its own test.
+Marked ``mpi(ranks=...)``, the test runs as one MPI job per K (minichain's
+pytest plugin launches it); each job runs every check of workers/battery.py
+in order, and a failure lists each failed check with the traceback of every
+rank it failed on.
 """
-import json
-
 import pytest
 
-from tests.dist._launch import require_mpi, run_mpi
-from tests.dist.workers.battery import CHECKS
-
-SIZES = (1, 2, 3, 4)
-_cache = {}
+from tests.dist.workers.battery import CHECKS, run_checks
 
 
-def _battery(n, tmp_path_factory):
-    if n not in _cache:
-        out = tmp_path_factory.mktemp('battery{}'.format(n))
-        res = run_mpi(n, 'battery.py', out, timeout=150,
-                      env={'BATTERY_DUMP_AFTER': '140'})
-        files = [out / 'rank{}.json'.format(r) for r in range(n)]
-        if res.timed_out or res.returncode != 0 or not all(
-                f.exists() for f in files):
-            _cache[n] = ('mpiexec -n {} battery.py: rc={} timed_out={}\n{}'
-                         .format(n, res.returncode, res.timed_out,
-                                 res.output[-6000:]))
-        else:
-            _cache[n] = [json.loads(f.read_text()) for f in files]
-    return _cache[n]
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize('n', SIZES)
-@pytest.mark.parametrize('check', CHECKS)
-def test_check(n, check, tmp_path_factory):
-    require_mpi()
-    results = _battery(n, tmp_path_factory)
-    if isinstance(results, str):
-        pytest.fail(results)
-    for rank, per_rank in enumerate(results):
-        assert check in per_rank, 'rank {} did not run {}'.format(rank, check)
-        assert per_rank[check] is None, per_rank[check]
+@pytest.mark.mpi(ranks=[1, 2, 3, 4], timeout=150)
+def test_every_check_passes_on_every_rank(mpi_ranks):
+    pytest.importorskip('mpi4py', reason='mpi4py is not installed '
+                        '(pip install "minichain[mpi]")')
+    failed = run_checks()
+    assert not failed, '{} of {} checks failed on {} ranks:\n\n{}'.format(
+        len(failed), len(CHECKS), mpi_ranks, '\n\n'.join(
+            '{}: {}'.format(name, text) for name, text in failed.items()))
 
 
 def test_every_check_exists():

@@ -1,25 +1,59 @@
-"""GPU communicators under mpiexec; skipped where no CUDA GPU is present."""
+"""GPU communicators under mpiexec; the GPU ones are skipped where no CUDA
+GPU is present."""
 import pytest
 
 from minichain import backend
 from tests.dist._launch import require_mpi, run_mpi
 
-pytestmark = [
-    pytest.mark.gpu, pytest.mark.mpi,
-    pytest.mark.skipif(not backend.gpu_available(), reason='no CUDA GPU'),
-]
+pytestmark = [pytest.mark.mpi]
+needs_gpu = pytest.mark.skipif(not backend.gpu_available(),
+                               reason='no CUDA GPU')
 
 
+@pytest.mark.parametrize('n', [1, 2])
+def test_auto_says_once_on_rank_0_why_it_is_not_nccl(n):
+    require_mpi()
+    res = run_mpi(n, 'gpu.py', 'auto', timeout=300)
+    assert not res.timed_out and res.returncode == 0, res.output
+    if 'AUTO-NCCL' in res.output:
+        pytest.skip('NCCL is usable here')
+    assert all("AUTO-OK {}".format(r) in res.output for r in range(n)), \
+        res.output
+    lines = [ln for ln in res.output.splitlines() if 'chose' in ln]
+    assert lines == ["minichain.dist: create_communicator('auto') chose "
+                     "'flat', not 'pure_nccl': " + _why()], res.output
+
+
+def _why():
+    from minichain.dist import _why_not_nccl
+    return _why_not_nccl()
+
+
+@pytest.mark.gpu
+@needs_gpu
 def test_pure_nccl_single_rank_gpu_checks():
     require_mpi()
     res = run_mpi(1, 'gpu.py', 'single', timeout=300)
+    print(res.output)  # for bench/gpu_check.sh's log (pytest -s)
     assert not res.timed_out and res.returncode == 0, res.output
     assert 'GPU-OK 0' in res.output
 
 
+@pytest.mark.gpu
+@needs_gpu
 def test_two_ranks_on_one_gpu_is_a_clear_error_on_every_rank():
     require_mpi()
     res = run_mpi(2, 'gpu.py', 'shared', timeout=300,
                   env={'CUDA_VISIBLE_DEVICES': '0'})
     assert not res.timed_out and res.returncode == 0, res.output
     assert 'SHARED-OK 0' in res.output and 'SHARED-OK 1' in res.output
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_nccl_is_torn_down_at_exit_without_finalize():
+    require_mpi()
+    res = run_mpi(1, 'gpu.py', 'exit', timeout=300)
+    assert not res.timed_out and res.returncode == 0, res.output
+    assert 'EXIT-OK' in res.output and 'Traceback' not in res.output
+    assert 'teardown at exit failed' not in res.output

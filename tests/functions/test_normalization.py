@@ -283,6 +283,47 @@ def test_one_sample_is_fine_in_fixed_mode():
                                   rtol=1e-6)
 
 
+# -- float16 ------------------------------------------------------------------
+_ON = [pytest.param(lambda a: a, id='cpu'),
+       pytest.param(backend.to_gpu, id='gpu', marks=[
+           pytest.mark.gpu, pytest.mark.skipif(not backend.gpu_available(),
+                                               reason='no CUDA GPU')])]
+
+
+@pytest.mark.parametrize('to', _ON)
+def test_float16_statistics_are_float32(to):
+    """A channel of 64*56*56 values in [0.5, 1.5) sums to ~2e5, past
+    float16's 65504: the sums and statistics must not be half precision
+    (they were: all NaN). Checked against float64, forward and backward,
+    and the running statistics."""
+    rng = numpy.random.default_rng(3)
+    shape = (64, 2, 56, 56)
+    x = rng.uniform(0.5, 1.5, shape).astype(numpy.float16)
+    gamma = numpy.array([0.5, 2.0], numpy.float16)
+    beta = numpy.array([0.25, -1.0], numpy.float16)
+    gy = rng.standard_normal(shape).astype(numpy.float16)
+    want = _grads(F.batch_normalization, [a.astype(numpy.float64) for a in
+                                          (x, gamma, beta)],
+                  gy.astype(numpy.float64))
+    rm = to(numpy.zeros(2, numpy.float16))
+    rv = to(numpy.ones(2, numpy.float16))
+    got = _grads(lambda *a: F.batch_normalization(
+        *a, running_mean=rm, running_var=rv, decay=0.0),
+        [to(a) for a in (x, gamma, beta)], to(gy))
+    got = [backend.to_cpu(got[0])] + [backend.to_cpu(g) for g in got[1]]
+    assert all(g.dtype == numpy.float16 for g in got)
+    assert all(numpy.isfinite(g).all() for g in got)
+    for g, w, tol in zip(got, [want[0]] + want[1], (4e-3, 2e-2, 1e-2, 1e-2)):
+        scale = numpy.abs(w).max()
+        numpy.testing.assert_allclose(g, w, rtol=tol, atol=tol * scale)
+    x64 = x.astype(numpy.float64)
+    numpy.testing.assert_allclose(backend.to_cpu(rm),
+                                  x64.mean(axis=(0, 2, 3)), rtol=1e-3)
+    numpy.testing.assert_allclose(backend.to_cpu(rv),
+                                  x64.var(axis=(0, 2, 3), ddof=1),
+                                  rtol=2e-3)
+
+
 # -- GPU ----------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.skipif(not backend.gpu_available(), reason='no CUDA GPU')

@@ -202,6 +202,73 @@ def test_cuda_kernels_emulated(case, dtype, emulated_cuda):  # noqa: F811
         numpy.testing.assert_allclose(gx, v.grad, rtol=1e-5, atol=1e-6)
 
 
+def _with_nans(dtype):
+    """Distinct values with NaN planted: single ones, two in a row, and a
+    row of NaN (so that some windows hold only NaN)."""
+    x = _shuffled((2, 3, 7, 6), dtype)
+    x[0, 0, 1, 1] = x[0, 0, 1, 2] = x[1, 2, 4, 3] = numpy.nan
+    x[0, 1, 0, :] = numpy.nan
+    return x
+
+
+def naive_choice(x, case):
+    """Window-local index of each window's pick: its first NaN, else its
+    first maximum (-1 for a window of padding only), and the gradient of
+    sum(y) that follows from it."""
+    k, s, p, cover_all = case
+    s = s or k
+    idx = gx = None
+    for i, j, oh, ow, _ in _windows(x, k, s, p, cover_all):
+        if idx is None:
+            idx = numpy.full(x.shape[:2] + (oh, ow), -1)
+            gx = numpy.zeros(x.shape)
+        for n in range(x.shape[0]):
+            for c in range(x.shape[1]):
+                best = None
+                for r in range(k[0]):
+                    for q in range(k[1]):
+                        y, z = i * s[0] - p[0] + r, j * s[1] - p[1] + q
+                        if not (0 <= y < x.shape[2] and 0 <= z < x.shape[3]):
+                            continue
+                        v = x[n, c, y, z]
+                        nan_wins = numpy.isnan(v) and not (
+                            best is not None and numpy.isnan(best[0]))
+                        if best is None or nan_wins or v > best[0]:
+                            best = (v, r * k[1] + q, y, z)
+                if best is not None:
+                    idx[n, c, i, j] = best[1]
+                    gx[n, c, best[2], best[3]] += 1
+    return idx, gx
+
+
+@pytest.mark.parametrize('case', CASES, ids=IDS)
+def test_max_nan_propagates_and_takes_the_gradient(case):
+    x = _with_nans(numpy.float32)
+    idx, gx = naive_choice(x, case)
+    v = Variable(x.copy())
+    y = F.max_pooling_2d(v, *case)
+    want = naive_max(x, *case)  # numpy.maximum propagates NaN
+    assert numpy.isnan(want).any()
+    numpy.testing.assert_array_equal(y.array, want)
+    numpy.testing.assert_array_equal(y.creator.indexes, idx)
+    y.grad = numpy.ones(y.shape, numpy.float32)
+    y.backward()
+    numpy.testing.assert_array_equal(v.grad, gx)
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('case', CASES, ids=IDS)
+def test_cuda_max_kernel_agrees_on_nan(case, dtype, emulated_cuda):  # noqa
+    """The CUDA max kernel (as C++ on the CPU) propagates NaN and picks the
+    same pixel as the NumPy path (``v > best`` alone dropped NaN)."""
+    x = _with_nans(dtype)
+    k, s, p, cover_all = case
+    g = _pool_geometry('test', x, k, s, p, cover_all)
+    out, idx = emulated_cuda.max_pool_forward(x, g)
+    numpy.testing.assert_array_equal(out, naive_max(x, *case))
+    numpy.testing.assert_array_equal(idx, naive_choice(x, case)[0])
+
+
 @pytest.mark.parametrize('case', CASES, ids=IDS)
 @pytest.mark.gpu
 @pytest.mark.skipif(not backend.gpu_available(), reason='no CUDA GPU')

@@ -6,7 +6,8 @@ from minichain import dist
 from minichain import links as L
 from minichain import optimizers
 from minichain.configuration import using_config
-from minichain.dist.testing import assert_data_parallel_equivalent
+from minichain.dist.testing import (NotEnoughRanksError,
+                                    assert_data_parallel_equivalent)
 
 import _models as M
 
@@ -149,18 +150,29 @@ def optimizer_wrapper(comm):
         optimizers.SGD(), comm, double_buffering=True), 'pure_nccl')
 
 
+def _equivalent(comm, *args, **kwargs):
+    """assert_data_parallel_equivalent; on one rank, its refusal (one
+    process compared with itself would pass whatever the model does)."""
+    def run():
+        assert_data_parallel_equivalent(*args, **kwargs)
+    if comm.size > 1:
+        return run()
+    _expect_error(NotEnoughRanksError, run, 'has 1 rank', 'compared with '
+                  'itself', '@pytest.mark.mpi(ranks=[2, 3])', 'mpiexec -n 2')
+
+
 def equivalence_mlp(comm):
     rng = numpy.random.default_rng(3)
     x, t = rng.standard_normal((10, 5)), rng.standard_normal((10, 3))
     with using_config('dtype', 'float64'):
-        assert_data_parallel_equivalent(
-            lambda: M.seeded(M.MLP, comm.rank), x, t, comm, steps=3)
+        _equivalent(comm, lambda: M.seeded(M.MLP, comm.rank), x, t, comm,
+                    steps=3)
 
 
 def equivalence_convnet(comm):
     x, t = _data()
-    assert_data_parallel_equivalent(lambda: M.seeded(M.ConvNet, comm.rank),
-                                    x, t, comm, steps=3)
+    _equivalent(comm, lambda: M.seeded(M.ConvNet, comm.rank), x, t, comm,
+                steps=3)
 
 
 def _mnbn_resnet(comm):
@@ -170,26 +182,36 @@ def _mnbn_resnet(comm):
 
 def equivalence_resnet_mnbn(comm):
     x, t = _data()
-    assert_data_parallel_equivalent(lambda: _mnbn_resnet(comm), x, t, comm,
-                                    steps=3)
+    _equivalent(comm, lambda: _mnbn_resnet(comm), x, t, comm, steps=3)
 
 
 def negative_control_per_rank_bn(comm):
     x, t = _data()
 
     def run():
-        assert_data_parallel_equivalent(
-            lambda: M.seeded(M.TinyResNet, comm.rank + 10), x, t, comm,
-            steps=2)
-    if comm.size == 1:  # one rank: per-rank statistics are global ones
+        _equivalent(comm, lambda: M.seeded(M.TinyResNet, comm.rank + 10), x,
+                    t, comm, steps=2)
+    if comm.size == 1:
         return run()
     _expect_error(AssertionError, run, 'differs from one process', '/bn/',
-                  'data-parallel')
+                  'data-parallel', 'rtol 1e-10')
 
 
 def unequal_batches_mnbn(comm):
     x, t = _data(n=13)
     sizes = [1, 5, 2, 4][:comm.size]
     sizes[-1] += 13 - sum(sizes)
-    assert_data_parallel_equivalent(lambda: _mnbn_resnet(comm), x, t, comm,
-                                    steps=2, local_sizes=sizes)
+    _equivalent(comm, lambda: _mnbn_resnet(comm), x, t, comm, steps=2,
+                local_sizes=sizes)
+
+
+def equivalence_options(comm):
+    x, t = _data(n=4)
+    _expect_error(ValueError, lambda: assert_data_parallel_equivalent(
+        lambda: M.seeded(M.ConvNet, 0), x, t, comm,
+        multi_node_options={'overlap': True}), "['overlap']",
+                  "'double_buffering'")
+    if comm.size > 1:  # double buffering is for NCCL communicators only
+        _expect_error(ValueError, lambda: assert_data_parallel_equivalent(
+            lambda: M.seeded(M.ConvNet, 0), x, t, comm,
+            multi_node_options={'double_buffering': True}), 'pure_nccl')

@@ -1,24 +1,46 @@
 """GPU checks (pure_nccl, hierarchical): ``mpiexec -n K gpu.py MODE``.
 
 MODE ``single`` (K = 1): NCCL unique-ID broadcast and communicator, CuPy
-gradients equal NumPy gradients, float16/bfloat16 transfer, hierarchical,
-double buffering, MultiNodeBatchNormalization on the GPU.
+gradients equal NumPy gradients, float16/bfloat16 transfer (and planted NaN
+of CUDA's patterns caught after it), hierarchical, double buffering,
+MultiNodeBatchNormalization on the GPU, finalize waiting for the GPU.
 MODE ``shared`` (K = 2 on one GPU): the clear one-GPU-per-rank error.
-Prints ``GPU-OK <rank>`` (or ``SHARED-OK <rank> <message>``) on success.
+MODE ``exit`` (K = 1): a communicator never finalized is torn down at exit.
+MODE ``auto`` (any K, no GPU needed): 'auto' says once, on rank 0, why it
+did not pick NCCL.
+Prints ``GPU-OK <rank>`` (``SHARED-OK <rank>``, ``EXIT-OK``, ``AUTO-OK
+<rank>``) on success.
 """
+import atexit
 import os
 import sys
+import time
 
 import numpy
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from minichain import backend, dist, optimizers  # noqa: E402
+from minichain import backend, device, dist, optimizers  # noqa: E402
 from minichain import functions as F  # noqa: E402
 
 import _models as M  # noqa: E402
 
-cupy = backend.get_cupy()
+cupy = None
+
+# A kernel that keeps a stream busy for a given number of clock cycles:
+# finalize must wait for it.
+_SPIN = r"""
+extern "C" __global__ void spin(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) { }
+}
+"""
+
+
+def _gpu(comm):
+    global cupy
+    cupy = backend.get_cupy()
+    return device.get_rank_device(comm.intra_rank, comm.intra_size)
 
 
 def grads_of(model, x, t):
@@ -27,11 +49,33 @@ def grads_of(model, x, t):
     return {n: backend.to_cpu(p.grad) for n, p in model.namedparams()}
 
 
+def _nan_grads(model, pattern):
+    for _, p in model.namedparams():
+        g = cupy.zeros(p.shape, numpy.float32)
+        g.ravel()[0:1] = cupy.asarray(numpy.array([pattern], numpy.uint32)
+                                      .view(numpy.float32))
+        p.grad = g
+
+
+def _expect_nan_caught(comm, model, pattern, what):
+    _nan_grads(model, pattern)
+    try:
+        comm.multi_node_mean_grad(model)
+    except FloatingPointError as e:
+        assert 'inf or NaN' in str(e), e
+        return
+    raise AssertionError('{}: NaN 0x{:08X} went through the transfer as {}'
+                         .format(what, pattern, [
+                             backend.to_cpu(p.grad).ravel()[0]
+                             for _, p in model.namedparams()]))
+
+
 def single():
     comm = dist.create_communicator('pure_nccl')
     assert type(dist.create_communicator('auto')).__name__ == \
         'PureNcclCommunicator'
-    cupy.cuda.Device(comm.intra_rank).use()
+    dev = _gpu(comm)
+    assert dev.device_id == 0 and cupy.cuda.Device().id == 0
     rng = numpy.random.default_rng(0)
     x = rng.standard_normal((6, 5)).astype(numpy.float32)
     t = rng.integers(0, 3, 6).astype(numpy.int32)
@@ -65,6 +109,15 @@ def single():
         raise AssertionError('float16 overflow was not reported')
     except FloatingPointError as e:
         assert 'inf or NaN' in str(e)
+    # NaN in CUDA's bit patterns (the bfloat16 rounding used to make them
+    # +-0.0 and let them through), in both narrow transfers and both NCCL
+    # communicators
+    for name in ('pure_nccl', 'hierarchical'):
+        for wire in ('bfloat16', 'float16'):
+            c = dist.create_communicator(name, allreduce_grad_dtype=wire)
+            for pattern in (0x7FFFFFFF, 0xFFFFFFFF, 0x7FC00000, 0x7F800001):
+                _expect_nan_caught(c, gpu, pattern, name + ' ' + wire)
+            c.finalize()
     # Double buffering: update 1 broadcasts, update 2 only launches the
     # allreduce, update 3 applies update 2's gradients (one step stale).
     start = {n: backend.to_cpu(p.array).copy() for n, p in gpu.namedparams()}
@@ -97,13 +150,25 @@ def single():
     assert m.dtype == numpy.float32 and (m.get() == 2.0).all()
     i = comm.allreduce(cupy.arange(3), 'max')  # integers: the host path
     assert isinstance(i, cupy.ndarray) and (i.get() == numpy.arange(3)).all()
+    # finalize waits for every stream: here a kernel busy for ~0.3 s on a
+    # stream of its own, launched just before
+    side = cupy.cuda.Stream(non_blocking=True)
+    spin = cupy.RawKernel(_SPIN, 'spin')
+    rate = cupy.cuda.runtime.getDeviceProperties(0)['clockRate'] * 1e3
+    with side:
+        spin((1,), (1,), (numpy.int64(0.3 * rate),))
+    start = time.monotonic()
     comm.finalize()
-    print('GPU-OK', comm.rank, flush=True)
+    assert side.done, 'finalize returned with a stream still busy'
+    assert comm._nccl_comm is None
+    comm.finalize()  # again: nothing to do
+    print('GPU-OK', comm.rank, 'finalize waited {:.2f} s'.format(
+        time.monotonic() - start), flush=True)
 
 
 def shared():
     comm = dist.create_communicator('pure_nccl')
-    cupy.cuda.Device(0).use()  # every rank on GPU 0: the mistake to catch
+    _gpu(comm)  # one visible GPU: every rank takes GPU 0, the mistake
     model = M.MLP().to_gpu(0)
     for _, p in model.namedparams():
         p.grad = cupy.ones(p.shape, dtype=p.dtype)
@@ -113,10 +178,31 @@ def shared():
         assert 'one GPU per rank' in str(e), e
         msgs = comm.allgather_obj(str(e))
         assert all(m == msgs[0] for m in msgs)
-        print('SHARED-OK', comm.rank, flush=True)
+        print('SHARED-OK {}'.format(comm.rank), flush=True)
         return
     raise AssertionError('two ranks on one GPU were not reported')
 
 
+def exit_():
+    comm = dist.create_communicator('pure_nccl')
+    _gpu(comm)
+    # registered before NCCL starts, so it runs after minichain's handler
+    atexit.register(lambda: print('EXIT-OK' if comm._nccl_comm is None
+                                  else 'EXIT-NCCL-LEFT', flush=True))
+    r = comm.allreduce(cupy.ones(1 << 20, cupy.float32))
+    assert r.dtype == numpy.float32 and comm._nccl_comm is not None
+
+
+def auto():
+    for _ in range(3):
+        comm = dist.create_communicator('auto')
+    if type(comm).__name__ == 'PureNcclCommunicator':
+        print('AUTO-NCCL {}'.format(comm.rank), flush=True)
+        return
+    comm.mpi_comm.Barrier()  # every rank has created its communicators
+    print('AUTO-OK {}'.format(comm.rank), flush=True)  # one write
+
+
 if __name__ == '__main__':
-    {'single': single, 'shared': shared}[sys.argv[1]]()
+    {'single': single, 'shared': shared, 'exit': exit_,
+     'auto': auto}[sys.argv[1]]()

@@ -1,0 +1,78 @@
+"""minichain.dist.testing pieces that run on one process.
+
+Under MPI it is tested by workers/checks_model.py (test_battery.py, 1-4
+ranks, including its refusal on one rank) and by test_pytest_plugin.py (a
+user's test file run by plain pytest).
+"""
+import numpy
+import pytest
+
+import minichain
+from minichain import optimizers
+from minichain.dist import testing
+
+
+def _mismatches(got, want):
+    out = []
+    testing._compare_group([('w', got, want)], 0, 1e-10, 0.0, out)
+    return out
+
+
+def test_float64_tolerance_is_1e_10_of_the_largest_reference_value():
+    want = numpy.array([2.0, -1.0, 1e-20])
+    assert not _mismatches(want * (1 + 4e-11), want)
+    out = _mismatches(want + numpy.array([0, 3e-10, 0]), want)
+    assert len(out) == 1, out
+    for part in ('w on rank 0', 'worst element (1,)', 'rtol 1e-10',
+                 'largest |single-process| value 2'):
+        assert part in out[0], out[0]
+    # A value that is zero up to roundoff is measured against the largest.
+    assert not _mismatches(numpy.array([2.0, -1.0, 1e-12]), want)
+    assert _mismatches(numpy.array([2.0, numpy.nan, 0.0]), want)
+    assert 'shape (2,) vs single-process (3,)' in _mismatches(
+        want[:2], want)[0]
+
+
+class _Quadratic(minichain.Link):
+    """loss = sum(w * w) / 2, so the gradient is w."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.w = minichain.Parameter(numpy.array([1.0, -2.0]))
+
+    def loss(self):
+        return minichain.functions.sum(self.w * self.w) * 0.5
+
+
+def _run(lag, calls):
+    link = _Quadratic()
+    opt = testing._LaggedOptimizer(optimizers.SGD(lr=0.5).setup(link), lag)
+    stepped = [opt.update(link.loss) for _ in range(calls)]
+    return link.w.array, stepped, opt.optimizer.t
+
+
+def test_one_step_stale_reference_applies_the_previous_gradient():
+    # w1 = w0 - lr g(w0) (the gradient of the first call, applied at the
+    # second); w2 = w1 - lr g(w0) (computed at the second call, at w0);
+    # w3 = w2 - lr g(w1).
+    w0 = numpy.array([1.0, -2.0])
+    w1 = w0 - 0.5 * w0
+    w2 = w1 - 0.5 * w0
+    w3 = w2 - 0.5 * w1
+    w, stepped, t = _run(lag=1, calls=4)
+    numpy.testing.assert_allclose(w, w3, rtol=1e-15)
+    assert stepped == [False, True, True, True] and t == 3
+
+
+def test_no_lag_is_the_plain_optimizer():
+    w, stepped, t = _run(lag=0, calls=3)
+    numpy.testing.assert_allclose(w, [0.125, -0.25], rtol=1e-15)
+    assert stepped == [True] * 3 and t == 3
+
+
+def test_an_option_the_reference_cannot_follow_is_refused():
+    with pytest.raises(ValueError, match=r"multi_node_options \['overlap'\] "
+                       r"\(known: \['double_buffering', 'zero_fill'\]\)"):
+        testing.assert_data_parallel_equivalent(
+            None, None, None, None, multi_node_options={'overlap': True})
