@@ -18,6 +18,7 @@ from minichain.datasets.tuple_dataset import TupleDataset
 __all__ = ['ENV_VAR', 'FILES', 'read_idx', 'load_idx_dataset']
 
 ENV_VAR = 'MINICHAIN_DATASET_ROOT'
+N_CLASSES = 10  # MNIST's digits, Fashion-MNIST's garments
 FILES = {
     'train': ('train-images-idx3-ubyte', 'train-labels-idx1-ubyte'),
     'test': ('t10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte'),
@@ -102,7 +103,8 @@ def _locate(caller, title, directories, how_to_get):
             caller, title, ', '.join(names), where, how_to_get))
 
 
-def _load_split(caller, paths, ndim, scale, dtype, label_dtype, rgb_format):
+def _load_split(caller, title, paths, ndim, scale, dtype, label_dtype,
+                rgb_format):
     image_path, label_path = paths
     images = read_idx(image_path)
     labels = read_idx(label_path)
@@ -116,6 +118,12 @@ def _load_split(caller, paths, ndim, scale, dtype, label_dtype, rgb_format):
     if len(images) != len(labels):
         raise ValueError('{}: {} has {} images but {} has {} labels'.format(
             caller, image_path, len(images), label_path, len(labels)))
+    bad = numpy.flatnonzero((labels < 0) | (labels >= N_CLASSES))
+    if bad.size:
+        raise ValueError('{}: {} holds label {} at index {} ({} labels out of '
+                         'range); {} labels are 0 to {}'.format(
+                             caller, label_path, int(labels[bad[0]]),
+                             int(bad[0]), bad.size, title, N_CLASSES - 1))
     n, rows, cols = images.shape
     shape = {1: (n, rows * cols), 2: (n, rows, cols), 3: (n, 1, rows, cols)}
     images = images.reshape(shape[ndim]).astype(dtype)
@@ -143,8 +151,9 @@ def load_idx_dataset(caller, title, directories, how_to_get, withlabel=True,
     Raises:
         FileNotFoundError: no directory has the four files (the message
             lists where it looked, then ``how_to_get``).
-        ValueError: a corrupt file (named), ``ndim`` not 1, 2 or 3, or
-            ``rgb_format`` without ``ndim=3``.
+        ValueError: a corrupt file (named), a label outside 0-9 (named,
+            with its index), ``ndim`` not 1, 2 or 3, or ``rgb_format``
+            without ``ndim=3``.
     """
     if ndim not in (1, 2, 3):
         raise ValueError('{}: ndim must be 1, 2 or 3, got {}'.format(caller,
@@ -158,7 +167,7 @@ def load_idx_dataset(caller, title, directories, how_to_get, withlabel=True,
     result = []
     for split in ('train', 'test'):
         paths = [found[name] for name in FILES[split]]
-        images, labels = _load_split(caller, paths, ndim, scale, dtype,
-                                     label_dtype, rgb_format)
+        images, labels = _load_split(caller, title, paths, ndim, scale,
+                                     dtype, label_dtype, rgb_format)
         result.append(TupleDataset(images, labels) if withlabel else images)
     return tuple(result)

@@ -9,7 +9,7 @@ import os
 import numpy
 
 from minichain.datasets._idx import (ENV_VAR, FILES,  # noqa: F401
-                                     load_idx_dataset, read_idx)
+                                     N_CLASSES, load_idx_dataset, read_idx)
 
 __all__ = ['get_fashion_mnist', 'read_idx']
 
@@ -51,8 +51,8 @@ def get_fashion_mnist(withlabel=True, ndim=1, scale=1.0, dtype=None,
     Raises:
         FileNotFoundError: no folder has the four files (the message lists
             where it looked and how to get them).
-        ValueError: a file is corrupt (named), or a bad ``ndim`` /
-            ``rgb_format``.
+        ValueError: a file is corrupt (named), holds a label outside 0-9
+            (named, with its index), or a bad ``ndim`` / ``rgb_format``.
     """
     how = ('Install them with `apt-get install dataset-fashion-mnist` (into '
            '{}), or put them in a folder and pass data_dir= or set {} to it '

@@ -57,7 +57,8 @@ def get_mnist(withlabel=True, ndim=1, scale=1.0, dtype=None,
     Raises:
         FileNotFoundError: the files are not there (the message says where
             it looked and where to put them).
-        ValueError: a file is corrupt (named), ``ndim`` is not 1, 2, 3, or
+        ValueError: a file is corrupt (named), holds a label outside 0-9
+            (named, with its index), ``ndim`` is not 1, 2, 3, or
             ``rgb_format`` is set without ``ndim=3``.
     """
     return load_idx_dataset('get_mnist', 'MNIST', _search_dirs(data_dir),

@@ -4,7 +4,7 @@ import pytest
 
 import minichain
 from minichain.datasets import get_mnist
-from tests.datasets.test_fashion_mnist import make_set
+from tests.datasets.test_fashion_mnist import make_set, write_idx
 
 
 @pytest.fixture
@@ -78,4 +78,14 @@ def test_corrupt_file_is_named(root):
     path = root / 'mnist' / 't10k-labels-idx1-ubyte'
     path.write_bytes(path.read_bytes()[:-1])
     with pytest.raises(ValueError, match='t10k-labels-idx1-ubyte holds'):
+        get_mnist()
+
+
+def test_labels_outside_the_digits_are_refused(root):
+    make_set(str(root / 'mnist'), gz=False)
+    write_idx(str(root / 'mnist' / 't10k-labels-idx1-ubyte'),
+              numpy.array([0, 1, 2, 10], numpy.uint8))
+    with pytest.raises(ValueError, match=r'get_mnist: .*t10k-labels-idx1-'
+                       r'ubyte holds label 10 at index 3 \(1 labels out of '
+                       r'range\); MNIST labels are 0 to 9'):
         get_mnist()

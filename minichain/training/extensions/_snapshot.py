@@ -46,9 +46,9 @@ class Snapshot(extension.Extension):
         if n_retains is not None:
             if (not isinstance(n_retains, numbers.Integral)
                     or isinstance(n_retains, bool) or n_retains == 0):
-                raise ValueError('snapshot: n_retains must be a positive '
-                                 'integer (or None to keep every file), got '
-                                 '{!r}'.format(n_retains))
+                raise ValueError('snapshot: n_retains must be at least 1, an '
+                                 'int (None or Chainer\'s -1 keeps every '
+                                 'file), got {!r}'.format(n_retains))
             if n_retains < 0:  # Chainer's default, -1: keep every file
                 n_retains = None
         if n_retains is not None or autoload:

@@ -102,9 +102,9 @@ def test_newest_is_by_modification_time_then_by_number(tmp_path):
 
 
 @pytest.mark.parametrize('kwargs, message', [
-    ({'n_retains': 0}, 'n_retains must be a positive integer'),
-    ({'n_retains': 1.5}, 'n_retains must be a positive integer'),
-    ({'n_retains': True}, 'n_retains must be a positive integer'),
+    ({'n_retains': 0}, 'n_retains must be at least 1'),
+    ({'n_retains': 1.5}, 'n_retains must be at least 1, an int'),
+    ({'n_retains': True}, 'n_retains must be at least 1, an int'),
     ({'autoload': True, 'filename': 'run{.updater.epoch}/snap'},
      'folder part has no {} fields'),
     ({'n_retains': 2, 'filename': 'snaps/'}, 'names a file'),
