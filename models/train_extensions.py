@@ -8,6 +8,7 @@ bar).
 """
 import argparse
 import contextlib
+import glob
 import math
 import os
 import signal
@@ -206,12 +207,23 @@ class PrunePeriodic(extension.Extension):
 
 def extend_snapshots(trainer, snap, filename, base, every, comm):
     """Extend ``trainer`` with the multi-node snapshot ``snap`` (written as
-    ``filename``) on ``base`` and every ``every``; see SnapshotSchedule."""
+    ``filename``) on ``base`` and every ``every``; see SnapshotSchedule.
+
+    Rank 0 also removes the temporary files of snapshots that a killed run
+    was writing (hidden ``.<filename>...tmp`` files in ``trainer.out``;
+    the snapshot they were to replace is still there)."""
     schedule = SnapshotSchedule(base, every, comm)
     trainer.extend(snap, trigger=schedule)
-    if every and comm.rank == 0:
-        trainer.extend(PrunePeriodic(schedule, snap, filename),
-                       trigger=(1, 'iteration'))
+    if comm.rank == 0:
+        prefix = filename.split('{')[0]
+        for path in glob.glob(os.path.join(glob.escape(trainer.out),
+                                           '.*' + glob.escape(prefix) +
+                                           '*.tmp')):
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        if every:
+            trainer.extend(PrunePeriodic(schedule, snap, filename),
+                           trigger=(1, 'iteration'))
     return schedule
 
 

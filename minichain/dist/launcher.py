@@ -19,12 +19,15 @@ when asked; minichain's own tests use more ranks than CI's two cores, so
 
 What the launchers do with a signal (README.md, "Pre-emption"):
 
-* MPICH's Hydra ``mpiexec`` and Slurm's ``srun``/``scancel --signal``
-  hand SIGTERM, SIGINT, SIGUSR1 and SIGUSR2 to every rank at once, wait for
-  the ranks however long they take, and exit with their status (128 + the
-  signal when the ranks return it, as minichain's training scripts do).
-* Open MPI's ``mpirun`` hands SIGUSR1 and SIGUSR2 on the same way, but on
-  SIGTERM or SIGINT it sends the ranks SIGCONT, then SIGTERM
+* MPICH's Hydra ``mpiexec`` hands SIGTERM, SIGINT and SIGUSR1 to every
+  rank at once, waits for the ranks however long they take, and exits with
+  their status (128 + the signal when the ranks return it, as minichain's
+  training scripts do). SIGUSR2 ends Hydra and the job at once.
+* ``scancel --signal=SIG`` (and ``sbatch --signal``) signal every rank of a
+  job step started by ``srun`` directly; nothing kills them afterwards, and
+  ``srun`` exits with their status.
+* Open MPI's ``mpirun`` hands SIGUSR1 and SIGUSR2 on at once and waits, but
+  on SIGTERM or SIGINT it sends the ranks SIGCONT, then SIGTERM
   ``odls_base_sigkill_timeout`` seconds later (default 1), then SIGKILL as
   long again after that, and exits 1 whatever the ranks return. ``grace``
   (below) lengthens that timeout.

@@ -12,7 +12,8 @@ import numpy
 import pytest
 
 from models.train_extensions import (Progress, PrunePeriodic,
-                                     SnapshotSchedule, snapshot_interval)
+                                     SnapshotSchedule, extend_snapshots,
+                                     snapshot_interval)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
@@ -139,3 +140,19 @@ def test_prune_keeps_epochs_and_the_newest_periodic(tmp_path):
             snap.last_iteration = i
         prune(trainer)
     assert sorted(p.name for p in tmp_path.iterdir()) == ['snap_6', 'snap_8']
+
+
+def test_extend_snapshots_removes_what_a_killed_run_was_writing(tmp_path):
+    names = ['.snap_6.123.tmp', '..snap_6.123.tmp.123.ab12.tmp', 'snap_3',
+             '.other.tmp', 'log']
+    for name in names:
+        (tmp_path / name).write_bytes(b'x')
+    extended = []
+    trainer = types.SimpleNamespace(out=str(tmp_path), extend=lambda ext,
+                                    **kw: extended.append(type(ext)))
+    snap = types.SimpleNamespace(last_iteration=None)
+    extend_snapshots(trainer, snap, 'snap_{.updater.iteration}', None,
+                     (2, 'iteration'), _Comm())
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        '.other.tmp', 'log', 'snap_3']
+    assert extended == [types.SimpleNamespace, PrunePeriodic]
