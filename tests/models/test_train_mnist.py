@@ -23,6 +23,7 @@ from minichain import backend, serializers
 from minichain.iterators import SerialIterator
 from minichain.training import extensions
 from tests.dist._launch import mpi_command, require_mpi
+from tests.models._snapshots import assert_same_model, snapshots
 from tests.test_docs import read_page
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
@@ -180,12 +181,6 @@ def test_resume_refuses_another_world_size(data_dir, tmp_path):
     assert 'mpiexec -n 1' in output, output
 
 
-def model_arrays(path):
-    with numpy.load(str(path)) as npz:
-        return {k: npz[k] for k in npz.files
-                if k.startswith('updater/model:main/')}
-
-
 def test_snapshot_every_keeps_epochs_and_the_newest_between(
         data_dir, tmp_path):
     full, resumed = tmp_path / 'full', tmp_path / 'resumed'
@@ -204,11 +199,8 @@ def test_snapshot_every_keeps_epochs_and_the_newest_between(
                         '--out', resumed, '--resume',
                         resumed / 'snapshot_iter_15'] + every)
     assert code == 0, output
-    expected = model_arrays(full / 'snapshot_iter_24')
-    got = model_arrays(resumed / 'snapshot_iter_24')
-    assert sorted(got) == sorted(expected) and expected
-    for k in expected:
-        numpy.testing.assert_array_equal(got[k], expected[k], err_msg=k)
+    assert_same_model(full / 'snapshot_iter_24',
+                      resumed / 'snapshot_iter_24')
 
 
 @pytest.mark.mpi
@@ -237,8 +229,7 @@ def test_killed_job_resumes_from_the_newest_snapshot(data_dir, tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
     assert proc.returncode != 0, out.decode(errors='replace')
-    newest = max(int(p.name.rsplit('_', 1)[1])
-                 for p in killed.glob('snapshot_iter_*'))
+    newest = max(snapshots(killed))
     assert newest < 6000, newest  # stopped before its 1000 epochs
     epochs = newest // 6 + 2  # a run that goes on past the snapshot
     code, output = run([SCRIPT, '--data-dir', data_dir, '--epoch', epochs,
@@ -250,10 +241,7 @@ def test_killed_job_resumes_from_the_newest_snapshot(data_dir, tmp_path):
                         '--out', full] + every, nprocs=2)
     assert code == 0, output
     name = 'snapshot_iter_{}'.format(6 * epochs)
-    expected, got = model_arrays(full / name), model_arrays(killed / name)
-    assert sorted(got) == sorted(expected) and expected
-    for k in expected:
-        numpy.testing.assert_array_equal(got[k], expected[k], err_msg=k)
+    assert_same_model(full / name, killed / name)
 
 
 # -- docs/porting.md ----------------------------------------------------------
