@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: test train clean cuda-check
+.PHONY: test train clean cuda-check test-openmpi test-slurm
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,15 +12,21 @@ $(STAMP): setup.cfg pyproject.toml
 	$(VENV)/bin/python -m pip install -e '.[test]'
 	touch $(STAMP)
 
+# MINICHAIN_REQUIRE_MPI: a multi-rank test fails (saying what to install)
+# instead of skipping when no launcher is found.
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest
+	MINICHAIN_REQUIRE_MPI=1 $(VENV)/bin/python -m pytest
 
 # `make train`: ResNet-50 on Fashion-MNIST, data parallel over 2 MPI ranks
 # (README.md, "Training ResNet-50"). DATA_DIR=... uses your own copy of the
 # IDX files; TRAIN_ARGS=... adds options, e.g. TRAIN_ARGS='--arch resnet18'.
+# The launcher is minichain.dist.launcher's: the venv's MPICH, or
+# $$MINICHAIN_MPIEXEC (e.g. MINICHAIN_MPIEXEC=mpirun with an mpi4py built
+# for that MPI); GRACE=30 gives the ranks 30 s to stop under Open MPI.
 NP ?= 2
 DATA_DIR ?=
 TRAIN_ARGS ?=
+GRACE ?=
 FASHION_DIR := /usr/share/datasets/fashion-mnist
 TRAIN_STAMP := $(VENV)/.train-installed
 TRAIN_FLAGS = $(if $(DATA_DIR), --data-dir $(DATA_DIR))$(if $(TRAIN_ARGS), $(TRAIN_ARGS))
@@ -47,11 +53,67 @@ train: $(TRAIN_STAMP)
 	    exit 1; \
 	  fi; \
 	fi
-	$(VENV)/bin/mpiexec -n $(NP) $(VENV)/bin/python \
+	$(VENV)/bin/python -m minichain.dist.launcher -n $(NP) \
+	  $(if $(GRACE),--grace $(GRACE)) $(VENV)/bin/python \
 	  models/train_resnet50.py$(TRAIN_FLAGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(OMPI_VENV) build *.egg-info
+
+# `make test-openmpi`: the multi-rank tests (tests/dist, the training
+# scripts, the docs pages) under Open MPI's mpirun, with mpi4py compiled
+# against it in .venv-openmpi (no MPICH wheel there). Debian's openmpi-bin
+# and libopenmpi-dev are installed with apt-get when mpicc is missing;
+# elsewhere set OMPI_BIN to the folder holding Open MPI's mpicc and mpirun.
+OMPI_VENV := .venv-openmpi
+OMPI_STAMP := $(OMPI_VENV)/.installed
+OMPI_BIN ?=
+OMPI_TESTS ?= tests/dist tests/models tests/test_docs.py
+# Debian names Open MPI's programs mpicc.openmpi and mpirun.openmpi (a
+# shell expression: it is looked up when the recipe line runs).
+OMPI_PROG = $(if $(OMPI_BIN),$(OMPI_BIN)/$(1),$$(command -v $(1).openmpi \
+	|| echo $(1)))
+
+$(OMPI_STAMP): setup.cfg pyproject.toml
+	@if [ -z "$(OMPI_BIN)" ] && ! command -v mpicc.openmpi >/dev/null && \
+	    ! command -v mpicc >/dev/null; then \
+	  if ! command -v apt-get >/dev/null 2>&1; then \
+	    echo "Open MPI is missing: install it (its mpicc and mpirun)," \
+	      "then run: make test-openmpi OMPI_BIN=/its/bin" >&2; exit 1; \
+	  fi; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  echo "Open MPI: installing Debian's openmpi-bin and libopenmpi-dev"; \
+	  $$SUDO apt-get install -y --no-install-recommends openmpi-bin \
+	      libopenmpi-dev || { $$SUDO apt-get update && \
+	    $$SUDO apt-get install -y --no-install-recommends openmpi-bin \
+	      libopenmpi-dev; } || exit 1; \
+	fi
+	test -x $(OMPI_VENV)/bin/python || $(PYTHON) -m venv $(OMPI_VENV)
+	$(OMPI_VENV)/bin/python -m pip install --upgrade pip
+	MPICC=$(call OMPI_PROG,mpicc) $(OMPI_VENV)/bin/python -m pip install \
+	  --no-cache-dir --no-binary mpi4py mpi4py
+	$(OMPI_VENV)/bin/python -m pip install -e '.[test-system]'
+	touch $(OMPI_STAMP)
+
+test-openmpi: $(OMPI_STAMP)
+	MINICHAIN_MPIEXEC=$(call OMPI_PROG,mpirun) MINICHAIN_REQUIRE_MPI=1 \
+	  $(OMPI_VENV)/bin/python -m pytest $(OMPI_TESTS)
+
+# `make test-slurm`: a one-node Slurm on this machine (.ci/slurm-cluster
+# starts munged, slurmctld and slurmd as root, installing Debian's
+# slurm-wlm and munge when missing, and stops them again), then sbatch of
+# models/train_resnet50.sbatch with 2 tasks, a pre-emption by
+# scancel --signal=TERM and a resumed job, with .venv (MPICH, srun
+# --mpi=pmi2) and with .venv-openmpi (srun --mpi=pmix).
+SLURM_DIR := .slurm
+SLURM_TEST := tests/models/test_train_resnet50_sbatch.py
+
+test-slurm: $(STAMP) $(OMPI_STAMP)
+	.ci/slurm-cluster start $(SLURM_DIR)
+	export SLURM_CONF=$(CURDIR)/$(SLURM_DIR)/slurm.conf; \
+	  $(VENV)/bin/python -m pytest $(SLURM_TEST) && \
+	  $(OMPI_VENV)/bin/python -m pytest $(SLURM_TEST); \
+	  status=$$?; .ci/slurm-cluster stop $(SLURM_DIR); exit $$status
 
 # `make cuda-check`: every CUDA kernel compiled by NVRTC through CuPy's own
 # code generator (sm_80, sm_90; float16/32/64; 32/64-bit indexing) and every

@@ -40,12 +40,12 @@ or more between minutes here) hits every configuration of a round alike.
 Run it with .venv-bench's Python (``make bench``) to get the PyTorch
 column. The ranks need mpi4py: when this Python lacks it they run under
 the project's .venv Python instead (its mpiexec too), with this source
-tree on PYTHONPATH.
+tree on PYTHONPATH. ``$MINICHAIN_MPIEXEC`` chooses another launcher
+(minichain.dist.launcher).
 """
 import argparse
 import os
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -56,8 +56,10 @@ import numpy
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+sys.path.insert(1, ROOT)
 import _interleave  # noqa: E402
 from _torch_models import have_torch, torch_step  # noqa: E402
+from minichain.dist import launcher  # noqa: E402
 ONE_THREAD = {'OPENBLAS_NUM_THREADS': '1', 'OMP_NUM_THREADS': '1',
               'MKL_NUM_THREADS': '1', 'MINICHAIN_HOST_THREADS': '1'}
 
@@ -154,14 +156,14 @@ def rank_python():
                                                             venv))
 
 
-def mpiexec_for(python):
-    """The mpiexec next to ``python`` (a venv's mpich), else on PATH."""
-    here = os.path.join(os.path.dirname(python), 'mpiexec')
-    found = here if os.path.exists(here) else shutil.which('mpiexec')
-    if found is None:
-        raise SystemExit('scaling.py: no mpiexec next to {} nor on PATH'
-                         .format(python))
-    return found
+def mpiexec_for(n, python):
+    """minichain.dist.launcher's command for ``n`` ranks of ``python``
+    (``$MINICHAIN_MPIEXEC``, else the mpiexec beside ``python``, else on
+    PATH)."""
+    try:
+        return launcher.mpiexec_command(n, python=python)
+    except launcher.LauncherNotFound as e:
+        raise SystemExit('scaling.py: {}'.format(e))
 
 
 def launch(n, args, python, no_comm=False):
@@ -171,7 +173,7 @@ def launch(n, args, python, no_comm=False):
     env = dict(os.environ, **ONE_THREAD)
     env['PYTHONPATH'] = os.pathsep.join(
         [ROOT] + [p for p in [env.get('PYTHONPATH')] if p])
-    cmd = [mpiexec_for(python), '-n', str(n), python, os.path.abspath(
+    cmd = mpiexec_for(n, python) + [python, os.path.abspath(
         __file__), '--rank', '--arch', args.arch, '--batch', str(args.batch),
         '--size', str(args.size), '--stem', args.stem, '--warmup',
         str(args.warmup), '--communicator', args.communicator]
@@ -378,8 +380,8 @@ def main():
           'warm-up steps, {} run(s)'.format(args.arch, args.size, args.stem,
                                        args.batch, args.communicator,
                                        args.steps, args.warmup, args.repeat))
-    print('ranks run {} and {}'.format(python, mpiexec_for(python)),
-          flush=True)
+    print('ranks run {} under {}'.format(python, ' '.join(
+        mpiexec_for(1, python)[:-2])), flush=True)
     use_torch = not args.no_torch and have_torch()
     rows, torch_row, rounds, ceiling = measure(args, counts, python,
                                                use_torch)

@@ -2,9 +2,13 @@
 
 ``TimedUpdater`` (images per second, reproducible augmentation),
 ``LearningRate`` (warm-up then decay, stateless), ``StopOnSignal`` (the
-stop trigger that lets all ranks stop together on SIGTERM/SIGINT),
-and ``Progress`` (rank 0's bar).
+stop trigger that lets all ranks stop together on a stop signal),
+``SnapshotSchedule`` (``--snapshot-every``) and ``Progress`` (rank 0's
+bar).
 """
+import argparse
+import contextlib
+import glob
 import math
 import os
 import signal
@@ -79,19 +83,29 @@ class LearningRate(extension.Extension):
             trainer.updater.iteration)
 
 
-_caught = {'signum': 0}  # the last SIGTERM/SIGINT this process received
+# Signals that ask for a stop: SIGTERM (batch systems, kill), SIGINT
+# (Ctrl-C) and SIGUSR1/SIGUSR2, which Open MPI's mpirun passes to the
+# ranks without killing them a second later as it does on SIGTERM, and
+# which Slurm's --signal and Grid Engine's -notify send ahead of a stop.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in (
+    'SIGTERM', 'SIGINT', 'SIGUSR1', 'SIGUSR2') if hasattr(signal, name))
+
+_caught = {'signum': 0}  # the first stop signal this process received
 
 
 def catch_signals():
-    """From now on the first SIGTERM or SIGINT only takes note
-    (``StopOnSignal`` acts on it between iterations); a second one ends
-    the process at once. Call it first thing."""
+    """From now on a stop signal (``STOP_SIGNALS``) only takes note
+    (``StopOnSignal`` acts on it between iterations). A SIGINT after that
+    (Ctrl-C again) ends the process at once; a repeated SIGTERM or SIGUSR
+    is ignored, because one request often arrives twice (Slurm signals
+    every process of a job step, and the launcher forwards what it got),
+    and the scheduler's SIGKILL is the hard stop. Call it first thing."""
     def note(signum, frame):
-        if _caught['signum']:
+        if _caught['signum'] and signum == signal.SIGINT:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
-        _caught['signum'] = signum
-    for s in (signal.SIGTERM, signal.SIGINT):
+        _caught['signum'] = _caught['signum'] or signum
+    for s in STOP_SIGNALS:
         signal.signal(s, note)
 
 
@@ -112,6 +126,105 @@ class StopOnSignal:
 
     def get_training_length(self):
         return self.base.get_training_length()
+
+
+# -- snapshots between epochs -------------------------------------------------
+_UNITS = {'': 0, 'i': 0, 's': 1, 'm': 60, 'h': 3600}
+
+
+def snapshot_interval(text):
+    """``--snapshot-every``: ``N`` (or ``Ni``) iterations, or ``Ns``,
+    ``Nm``, ``Nh`` seconds, minutes, hours of training. Returns
+    ``(N, 'iteration')`` or ``(seconds, 'second')``."""
+    text = str(text).strip().lower()
+    number, unit = text.rstrip('ismh'), text[len(text.rstrip('ismh')):]
+    try:
+        value = float(number)
+    except ValueError:
+        value = None
+    if unit not in _UNITS or value is None or not value > 0 or (
+            not _UNITS[unit] and value != int(value)):
+        raise argparse.ArgumentTypeError(
+            'expected a whole number of iterations (500) or a time such as '
+            '90s, 30m or 2h, got {!r}'.format(text))
+    if not _UNITS[unit]:
+        return int(value), 'iteration'
+    return value * _UNITS[unit], 'second'
+
+
+class SnapshotSchedule:
+    """The snapshot's trigger: ``base`` (e.g. every epoch; None: never), and
+    every ``every`` (from :func:`snapshot_interval`) in between, so that
+    the newest snapshot is at most that old when the job is killed.
+
+    A time interval is measured on rank 0 and broadcast (a tiny collective
+    per iteration: every rank must take the snapshot together). After a
+    firing, ``periodic`` says whether ``every`` alone caused it."""
+
+    def __init__(self, base, every, comm):
+        self.base = training.get_trigger(base) if base else None
+        self.every, self.comm = every, comm
+        self.periodic = False
+        self._since = None
+
+    def __call__(self, trainer):
+        regular = bool(self.base and self.base(trainer))
+        due = False
+        if self.every and self.every[1] == 'iteration':
+            due = trainer.updater.iteration % self.every[0] == 0
+        elif self.every:
+            now = time.monotonic()
+            if self._since is None:
+                self._since = now
+            due = self.comm.bcast_obj(now - self._since >= self.every[0], 0)
+            if due or regular:
+                self._since = now
+        self.periodic = due and not regular
+        return regular or due
+
+
+class PrunePeriodic(extension.Extension):
+    """Rank 0: after a snapshot is written, remove the previous one that
+    only ``SnapshotSchedule.every`` asked for (snapshots of epochs, of the
+    end and of a stop stay), so that frequent snapshots do not fill the
+    disk. Runs after the snapshot extension in the same iteration."""
+
+    priority = extension.PRIORITY_SNAPSHOT - 1
+
+    def __init__(self, schedule, snap, filename):
+        self.schedule, self.snap, self.filename = schedule, snap, filename
+        self._previous = None
+
+    def __call__(self, trainer):
+        if self.snap.last_iteration != trainer.updater.iteration:
+            return  # no snapshot in this iteration
+        path = os.path.join(trainer.out, self.filename.format(trainer))
+        if self._previous not in (None, path):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self._previous)
+        self._previous = path if self.schedule.periodic else None
+
+
+def extend_snapshots(trainer, snap, filename, base, every, comm):
+    """Extend ``trainer`` with the multi-node snapshot ``snap`` (written as
+    ``filename``) on ``base`` and every ``every``; see SnapshotSchedule.
+
+    Rank 0 also removes the temporary files of snapshots that a killed run
+    was writing (hidden ``.<filename>...tmp`` files in ``trainer.out``;
+    the snapshot they were to replace is still there)."""
+    schedule = SnapshotSchedule(base, every, comm)
+    trainer.extend(snap, trigger=schedule)
+    if comm.rank == 0:
+        prefix = filename.split('{')[0]
+        for path in glob.glob(os.path.join(glob.escape(trainer.out),
+                                           '.*' + glob.escape(prefix) +
+                                           '*.tmp')):
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        if every:
+            trainer.extend(PrunePeriodic(schedule, snap, filename),
+                           trigger=(1, 'iteration'))
+    return schedule
 
 
 class Progress(extension.Extension):

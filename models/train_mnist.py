@@ -10,20 +10,27 @@ create_multi_node_optimizer, scatter_dataset (rank 0 alone reads the data)
 and create_multi_node_evaluator, and multi_node_snapshot for snapshots that
 every rank resumes from. Rank 0 prints the report and the progress bar and
 writes out/log (a JSON list, one entry per epoch), the graph of the loss
-(out/cg.dot) and the snapshots. The IDX files are read from --data-dir,
+(out/cg.dot) and the snapshots (every epoch, and with --snapshot-every
+also in between, so that a job killed by its batch system loses at most
+that much). The IDX files are read from --data-dir,
 $MINICHAIN_DATASET_ROOT or /usr/share/datasets/fashion-mnist (see
 minichain.datasets.get_fashion_mnist). With --device gpu and no
 --communicator, pure_nccl is used when NCCL works, else flat.
 """
 import argparse
+import os
 import sys
 
-import minichain
-from minichain import dist, initializers
-from minichain import functions as F
-from minichain import links as L
-from minichain import training
-from minichain.training import extensions
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import minichain  # noqa: E402
+from minichain import dist, initializers  # noqa: E402
+from minichain import functions as F  # noqa: E402
+from minichain import links as L  # noqa: E402
+from minichain import training  # noqa: E402
+from minichain.training import extensions  # noqa: E402
+from models.train_extensions import (extend_snapshots,  # noqa: E402
+                                     snapshot_interval)
 
 
 class MLP(minichain.Chain):
@@ -69,6 +76,10 @@ def parse_args(argv=None):
       help='seed of the initial weights and of the shuffling')
     a('--snapshot-interval', type=int, default=1,
       help='write a snapshot every N epochs (0: never)')
+    a('--snapshot-every', type=snapshot_interval, metavar='N|Nm|Nh',
+      help='also snapshot every N iterations (or 30m, 2h...); snapshots are '
+      'then named by iteration, and each one between epochs replaces the '
+      'previous one')
     a('--resume', '-r', help='a snapshot written by this script, with the '
       'same number of processes')
     args = p.parse_args(argv)
@@ -96,11 +107,6 @@ def device_spec(spec, comm):
     if spec.strip().lstrip('-').isdigit():
         return int(spec)
     return spec
-
-
-def never(trainer):
-    """A trigger that never fires."""
-    return False
 
 
 def load_on_root(comm, data_dir):
@@ -160,10 +166,11 @@ def main(argv=None):
     trainer.extend(dist.create_multi_node_evaluator(evaluator, comm))
 
     # On every rank: only rank 0 writes, but resuming is collective.
-    snap = dist.multi_node_snapshot(comm, extensions.snapshot(
-        filename='snapshot_epoch_{.updater.epoch}'))
-    trainer.extend(snap, trigger=((args.snapshot_interval, 'epoch')
-                                  if args.snapshot_interval else never))
+    name = ('snapshot_iter_{.updater.iteration}' if args.snapshot_every
+            else 'snapshot_epoch_{.updater.epoch}')
+    snap = dist.multi_node_snapshot(comm, extensions.snapshot(filename=name))
+    extend_snapshots(trainer, snap, name, args.snapshot_interval and (
+        args.snapshot_interval, 'epoch'), args.snapshot_every, comm)
 
     # Reports are for one rank only (otherwise every line comes N times).
     if comm.rank == 0:

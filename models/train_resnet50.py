@@ -8,10 +8,12 @@
 An ordinary trainer script plus the multi-node calls: create_communicator,
 scatter_dataset, create_multi_node_optimizer, create_multi_node_evaluator and
 multi_node_snapshot. Rank 0 draws the progress bar and writes the log, the
-plots and the snapshots under --out. SIGTERM/SIGINT: every rank stops at the
-same iteration, rank 0 writes a snapshot, and the job exits with 128 + the
-signal number; --resume continues exactly. Bad input ends every rank with
-one line on stderr and a non-zero exit. The recipe is in README.md.
+plots and the snapshots under --out. SIGTERM, SIGINT, SIGUSR1 or SIGUSR2:
+every rank stops at the same iteration, rank 0 writes a snapshot, and the
+job exits with 128 + the signal number; --resume continues exactly, and
+--snapshot-every bounds what a launcher's SIGKILL can lose. Bad input ends
+every rank with one line on stderr and a non-zero exit. The recipe is in
+README.md.
 """
 import argparse
 import math
@@ -48,7 +50,8 @@ from minichain.training import extensions  # noqa: E402
 from models import train_data  # noqa: E402
 from models.train_extensions import (LearningRate, Progress,  # noqa: E402
                                      StopOnSignal, TimedUpdater,
-                                     catch_signals)
+                                     catch_signals, extend_snapshots,
+                                     snapshot_interval)
 from models.resnet import ARCHS, STEMS, BasicBlock, Bottleneck, ResNet  # noqa
 from models.train_data import UserError  # noqa: E402
 
@@ -95,6 +98,9 @@ def parse_args(argv=None):
     a('--out', '-o', default='result')
     a('--resume', '-r', help='a snapshot written by this script')
     a('--seed', type=int, default=0)
+    a('--snapshot-every', type=snapshot_interval, metavar='N|Nm|Nh',
+      help='also snapshot every N iterations (or 30m, 2h...) between epochs; '
+      'each such snapshot replaces the previous one')
     a('--graph', action='store_true', help='write the graph as out/graph.dot '
       '(and graph.png when Graphviz is installed)')
     a('--train-subset', type=int, help='train on a random N-image subset '
@@ -207,10 +213,12 @@ def setup(args, comm):
                                      device=device)
     trainer.extend(dist.create_multi_node_evaluator(evaluator, comm),
                    trigger=(1, 'epoch'))
+    name = 'snapshot_iter_{.updater.iteration}'
     snap = dist.multi_node_snapshot(comm, extensions.snapshot(  # float
-        filename='snapshot_iter_{.updater.iteration}',  # data hardly shrinks
+        filename=name,  # data hardly shrinks
         savefun=lambda path, obj: serializers.save_npz(path, obj, False)))
-    trainer.extend(snap, trigger=(1, 'epoch'))
+    extend_snapshots(trainer, snap, name, (1, 'epoch'), args.snapshot_every,
+                     comm)
     if converters[2] is not None:  # unreadable images, summed over ranks
         trainer.extend(extensions.observe_value(
             'skipped_images', lambda t: comm.allreduce_obj(converters[2]())))

@@ -13,9 +13,7 @@ HTML comment on a line of its own (docs/README.md explains them):
 Usage as a script (what the mpiexec mode launches on every rank):
 ``python tests/test_docs.py docs/page.md``.
 """
-import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -184,19 +182,17 @@ def test_page(path, clean_state):
 
 
 def _run_under_mpiexec(page, cwd, timeout=300):
-    mpiexec = shutil.which('mpiexec', path=os.path.dirname(sys.executable)
-                           ) or shutil.which('mpiexec')
-    if mpiexec is None:
-        pytest.skip('{} needs mpiexec'.format(page.name))
+    from tests.dist._launch import mpi_command
     # ``-m mpi4py`` aborts every rank when one raises, instead of leaving
     # the others blocked in a collective until the timeout.
-    cmd = [mpiexec, '-n', str(page.nprocs), sys.executable, '-m', 'mpi4py',
-           __file__, page.path]
+    cmd = mpi_command(page.nprocs, sys.executable, '-m', 'mpi4py', __file__,
+                      page.path)
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
     if proc.returncode != 0:
         raise AssertionError('{} failed under {} (exit {}):\n{}'.format(
-            page.name, ' '.join(cmd[:3]), proc.returncode,
+            page.name, ' '.join(cmd[:cmd.index(sys.executable)]),
+            proc.returncode,
             (proc.stdout + proc.stderr)[-6000:]))
 
 
@@ -289,7 +285,6 @@ def test_failing_block_names_page_and_markdown_line():
 
 @pytest.mark.mpi
 def test_mpiexec_mode_runs_every_rank(tmp_path):
-    pytest.importorskip('mpi4py')
     page_path = tmp_path / 'two.md'
     page_path.write_text('<!-- docs-test: mpiexec -n 2 -->\n```python\n'
                          'from mpi4py import MPI\nc = MPI.COMM_WORLD\n'

@@ -121,20 +121,13 @@ def _snapshot_worker(mode, out):
 
 
 # -- the tests ----------------------------------------------------------------
-def _mpiexec():
-    pytest.importorskip('mpi4py', reason='mpi4py is not installed')
-    path = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
-    if not os.path.exists(path):
-        pytest.skip('no mpiexec next to {}'.format(sys.executable))
-    return path
-
-
 def _run(n, *args, timeout=60):
+    from tests.dist._launch import mpi_command
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
     env.pop('MINICHAIN_NO_ABORT', None)
-    proc = subprocess.run([_mpiexec(), '-n', str(n), sys.executable, HERE]
-                          + [str(a) for a in args], capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    proc = subprocess.run(mpi_command(n, sys.executable, HERE, *args),
+                          capture_output=True, text=True, timeout=timeout,
+                          env=env)
     return proc.returncode, proc.stdout + proc.stderr
 
 

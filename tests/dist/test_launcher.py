@@ -1,10 +1,12 @@
 """minichain.dist.launcher: one setting chooses the MPI launcher."""
 import os
+import subprocess
 import sys
 
 import pytest
 
 from minichain.dist import launcher
+from tests.dist._launch import require_mpi
 
 
 def test_environment_variable_wins_and_is_split_like_a_shell(monkeypatch):
@@ -13,12 +15,14 @@ def test_environment_variable_wins_and_is_split_like_a_shell(monkeypatch):
                                        'a b', '1']
 
 
-def test_default_is_the_mpiexec_beside_this_python(monkeypatch):
+def test_default_is_the_mpiexec_beside_this_python(monkeypatch, tmp_path):
     monkeypatch.delenv(launcher.ENV, raising=False)
+    (tmp_path / 'mpiexec').write_text('')
+    assert launcher.find_mpiexec(str(tmp_path / 'python')) == [
+        str(tmp_path / 'mpiexec')]
     here = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
-    if not os.path.exists(here):
-        pytest.skip('no mpiexec beside {}'.format(sys.executable))
-    assert launcher.find_mpiexec() == [here]
+    if os.path.exists(here):
+        assert launcher.find_mpiexec() == [here]
 
 
 def test_extra_arguments_go_before_the_rank_count(monkeypatch):
@@ -30,12 +34,79 @@ def test_extra_arguments_go_before_the_rank_count(monkeypatch):
 
 def test_missing_launcher_says_what_to_install(monkeypatch):
     monkeypatch.delenv(launcher.ENV, raising=False)
-    monkeypatch.setattr(launcher, 'find_mpiexec', lambda: None)
+    monkeypatch.setattr(launcher, 'find_mpiexec', lambda python=None: None)
     with pytest.raises(launcher.LauncherNotFound, match='minichain\\[mpi\\]'):
         launcher.mpiexec_command(2)
 
 
-def test_flavor_of_the_project_mpich():
-    if launcher.find_mpiexec() is None:
-        pytest.skip(launcher.INSTALL_HINT)
-    assert launcher.flavor() in ('mpich', 'openmpi', 'unknown')
+def test_flavor_of_the_launcher_in_use():
+    require_mpi()
+    assert launcher.flavor() in ('mpich', 'openmpi', 'slurm')
+
+
+def _fake_launcher(folder, name, version):
+    """A program called ``name`` that prints ``version`` for --version and
+    its arguments otherwise (to see what the launcher would be given)."""
+    path = folder / name
+    path.write_text('#!/bin/sh\nif [ "$1" = --version ]; then echo "{}"; '
+                    'else printf "%s\\n" "$*"; fi\n'.format(version))
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_open_mpi_gets_oversubscribe_quiet_and_the_grace(monkeypatch,
+                                                         tmp_path):
+    monkeypatch.delenv(launcher.ENV_ARGS, raising=False)
+    fake = _fake_launcher(tmp_path, 'mpirun', 'mpirun (Open MPI) 4.1.4')
+    monkeypatch.setenv(launcher.ENV, fake)
+    assert launcher.flavor() == 'openmpi'
+    root = ['--allow-run-as-root'] if os.geteuid() == 0 else []
+    assert launcher.mpiexec_command(4, grace=30) == [
+        fake, '--oversubscribe'] + root + [
+        '-q', '--mca', 'odls_base_sigkill_timeout', '30', '-n', '4']
+    assert launcher.mpiexec_command(2, oversubscribe=False, quiet=False) == [
+        fake, '-n', '2']
+
+
+def test_srun_is_known_by_its_name(monkeypatch, tmp_path):
+    monkeypatch.delenv(launcher.ENV_ARGS, raising=False)
+    fake = _fake_launcher(tmp_path, 'srun', 'srun: fatal: no configuration')
+    monkeypatch.setenv(launcher.ENV, fake + ' --mpi=pmi2')
+    assert launcher.flavor() == 'slurm'
+    assert launcher.mpiexec_command(3, grace=30) == [
+        fake, '--mpi=pmi2', '--overcommit', '-n', '3']
+
+
+def test_a_configured_launcher_that_does_not_exist_is_named(monkeypatch,
+                                                            tmp_path):
+    monkeypatch.setenv(launcher.ENV, str(tmp_path / 'nope') + ' -x')
+    with pytest.raises(launcher.LauncherNotFound, match='nope'):
+        launcher.mpiexec_command(2)
+
+
+def test_module_runs_the_program_under_the_launcher(monkeypatch, tmp_path):
+    monkeypatch.delenv(launcher.ENV_ARGS, raising=False)
+    fake = _fake_launcher(tmp_path, 'mpiexec', 'HYDRA build details:')
+    monkeypatch.setenv(launcher.ENV, fake)
+    module = [sys.executable, '-m', 'minichain.dist.launcher']
+    out = subprocess.run(module + ['-n', '2', 'prog', '--a', 'b c'],
+                         capture_output=True, text=True, timeout=60)
+    assert (out.returncode, out.stdout) == (0, '-n 2 prog --a b c\n')
+    out = subprocess.run(module + ['-n', '2', '--print', 'prog', 'b c'],
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout == "{} -n 2 prog 'b c'\n".format(fake)
+    out = subprocess.run(module + ['-n', '0', 'prog'], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 2 and 'at least 1' in out.stderr
+
+
+@pytest.mark.mpi
+def test_module_starts_real_ranks():
+    require_mpi()
+    code = ('import os; from mpi4py import MPI; '
+            'os.write(1, b"size %d\\n" % MPI.COMM_WORLD.size)')
+    out = subprocess.run([sys.executable, '-m', 'minichain.dist.launcher',
+                          '-n', '2', sys.executable, '-c', code],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.split('\n').count('size 2') == 2, out.stdout

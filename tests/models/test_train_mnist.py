@@ -13,6 +13,7 @@ import signal
 import struct
 import subprocess
 import sys
+import time
 
 import numpy
 import pytest
@@ -21,7 +22,8 @@ import minichain
 from minichain import backend, serializers
 from minichain.iterators import SerialIterator
 from minichain.training import extensions
-from tests.dist._launch import mpiexec_path, require_mpi
+from tests.dist._launch import mpi_command, require_mpi
+from tests.models._snapshots import assert_same_model, snapshots
 from tests.test_docs import read_page
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
@@ -60,7 +62,7 @@ def run(args, nprocs=0, env=None, timeout=60):
     fails the test."""
     cmd = [sys.executable] + [str(a) for a in args]
     if nprocs:
-        cmd = [mpiexec_path(), '-n', str(nprocs)] + cmd
+        cmd = mpi_command(nprocs, *cmd)
     full_env = dict(os.environ, OMP_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1',
                     PYTHONUNBUFFERED='1')
     full_env.pop('MINICHAIN_NO_ABORT', None)
@@ -177,6 +179,69 @@ def test_resume_refuses_another_world_size(data_dir, tmp_path):
     assert code != 0
     assert output.count('train_mnist.py: error:') == 1, output
     assert 'mpiexec -n 1' in output, output
+
+
+def test_snapshot_every_keeps_epochs_and_the_newest_between(
+        data_dir, tmp_path):
+    full, resumed = tmp_path / 'full', tmp_path / 'resumed'
+    every = ['--snapshot-every', 5] + SMALL  # 12 iterations an epoch
+    code, output = run([SCRIPT, '--data-dir', data_dir, '--epoch', 2,
+                        '--out', full] + every)
+    assert code == 0, output
+    assert sorted(p.name for p in full.glob('snapshot_*')) == [
+        'snapshot_iter_12', 'snapshot_iter_24']
+    code, output = run([SCRIPT, '--data-dir', data_dir, '--epoch', 1.5,
+                        '--out', resumed] + every)
+    assert code == 0, output  # 18 iterations: 15 stays, the newest between
+    assert sorted(p.name for p in resumed.glob('snapshot_*')) == [
+        'snapshot_iter_12', 'snapshot_iter_15']
+    code, output = run([SCRIPT, '--data-dir', data_dir, '--epoch', 2,
+                        '--out', resumed, '--resume',
+                        resumed / 'snapshot_iter_15'] + every)
+    assert code == 0, output
+    assert_same_model(full / 'snapshot_iter_24',
+                      resumed / 'snapshot_iter_24')
+
+
+@pytest.mark.mpi
+def test_killed_job_resumes_from_the_newest_snapshot(data_dir, tmp_path):
+    """train_mnist.py does not catch signals: SIGTERM to the launcher ends
+    the ranks at once (Hydra passes it on; Open MPI's mpirun a second
+    later), as a hard kill would. --snapshot-every bounds the loss: the
+    newest snapshot on disk is a good one, and resuming from it ends where
+    an uninterrupted run ends."""
+    killed, full = tmp_path / 'killed', tmp_path / 'full'
+    every = ['--snapshot-every', 4] + SMALL  # 6 iterations an epoch
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
+    proc = subprocess.Popen(mpi_command(
+        2, sys.executable, SCRIPT, '--data-dir', data_dir, '--epoch', 1000,
+        '--out', killed, *every), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(killed.glob('snapshot_iter_*')) and \
+                proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode != 0, out.decode(errors='replace')
+    newest = max(snapshots(killed))
+    assert newest < 6000, newest  # stopped before its 1000 epochs
+    epochs = newest // 6 + 2  # a run that goes on past the snapshot
+    code, output = run([SCRIPT, '--data-dir', data_dir, '--epoch', epochs,
+                        '--out', killed, '--resume',
+                        killed / 'snapshot_iter_{}'.format(newest)] + every,
+                       nprocs=2)
+    assert code == 0, output
+    code, output = run([SCRIPT, '--data-dir', data_dir, '--epoch', epochs,
+                        '--out', full] + every, nprocs=2)
+    assert code == 0, output
+    name = 'snapshot_iter_{}'.format(6 * epochs)
+    assert_same_model(full / name, killed / name)
 
 
 # -- docs/porting.md ----------------------------------------------------------
