@@ -113,7 +113,7 @@ def test_bad():
 
 NO_MPIEXEC = '''
 import minichain.dist.launcher
-minichain.dist.launcher.find_mpiexec = lambda: None  # as if none installed
+minichain.dist.launcher.find_mpiexec = lambda python=None: None  # as if none installed
 '''
 
 ONE_TEST = '''
