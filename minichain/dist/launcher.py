@@ -131,9 +131,10 @@ def mpiexec_command(n, oversubscribe=True, quiet=True, grace=None,
     if launcher is None:
         raise LauncherNotFound(INSTALL_HINT)
     if shutil.which(launcher[0]) is None:
-        raise LauncherNotFound('{}={!r}: no such program ({})'.format(
-            ENV, os.environ.get(ENV, ''), launcher[0]) if os.environ.get(
-                ENV, '').strip() else INSTALL_HINT)
+        configured = os.environ.get(ENV, '').strip()
+        raise LauncherNotFound('{}={!r}: no such program ({}); {}'.format(
+            ENV, configured, launcher[0], INSTALL_HINT) if configured
+            else INSTALL_HINT)
     cmd = list(launcher)
     kind = flavor(launcher)
     if kind == 'openmpi':
