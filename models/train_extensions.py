@@ -12,6 +12,7 @@ import sys
 import time
 
 from minichain import backend, training
+from minichain.dist import watchdog
 from minichain.training import extension
 
 
@@ -85,9 +86,12 @@ _caught = {'signum': 0}  # the last SIGTERM/SIGINT this process received
 def catch_signals():
     """From now on the first SIGTERM or SIGINT only takes note
     (``StopOnSignal`` acts on it between iterations); a second one ends
-    the process at once. Call it first thing."""
+    the process at once, and so does a first one when the process has made
+    no progress through the collectives for longer than the stall timeout
+    (``minichain.dist.watchdog.stalled``: it would not reach the next
+    iteration). Call it first thing."""
     def note(signum, frame):
-        if _caught['signum']:
+        if _caught['signum'] or watchdog.stalled():
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
         _caught['signum'] = signum

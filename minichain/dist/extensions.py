@@ -20,6 +20,8 @@ Typical use (``comm`` is a minichain.dist communicator)::
 import io
 import json
 import types
+import zipfile
+import zlib
 
 import numpy
 
@@ -208,6 +210,7 @@ class MultiNodeSnapshot(extension.Extension):
         try:
             with open(path, 'rb') as f:
                 data = f.read()
+            check_archive(data, path)
             with numpy.load(io.BytesIO(data), allow_pickle=False) as npz:
                 key = self._key()
                 if key not in npz:
@@ -267,13 +270,29 @@ class MultiNodeSnapshot(extension.Extension):
         failed = [(r, e) for r, e in enumerate(errors) if e is not None]
         if failed:
             rank, error = failed[0]
-            raise ValueError('multi_node_snapshot: rank {}: {}'.format(rank,
-                                                                      error))
+            raise ValueError('multi_node_snapshot: rank {}: {}'.format(
+                rank, error))
         self.last_iteration = trainer.updater.iteration
         if trainer.updater.iteration > 0:
             for opt in trainer.updater.get_all_optimizers().values():
                 if getattr(opt, 'needs_broadcast', False):
                     opt.needs_broadcast = False
+
+
+def check_archive(data, path):
+    """Raise ValueError unless ``data`` is a whole zip archive whose members
+    all pass their CRC check (a snapshot with a flipped byte or cut short
+    fails here, before anything is loaded, rather than halfway)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError,
+            ValueError) as e:
+        raise ValueError('{} is not a whole npz archive ({})'.format(
+            path, e)) from None
+    if bad is not None:
+        raise ValueError('{} is damaged: member {} fails its CRC check'
+                         .format(path, bad))
 
 
 def _targets(trainer):
