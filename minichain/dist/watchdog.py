@@ -61,8 +61,10 @@ PREFIX = 'minichain.dist watchdog: '
 SPIN = 1.0                # seconds of back-to-back tests before napping
 NAP = 0.001               # seconds between tests after SPIN
 READ_EVERY = 0.02         # seconds between two looks at the notes
+YIELD_EVERY = 32          # tests between two yields of the core
 _TAG = 7
 
+_yield = getattr(os, 'sched_yield', lambda: time.sleep(0))
 _wires = weakref.WeakSet()
 _clock = {'progress': None}
 _exit = {'installed': False, 'reason': None}
@@ -238,14 +240,19 @@ class Wire:
             self._wait_slow(request.Test, p2p)
 
     def _wait_slow(self, done, p2p):
-        # Most waits end within microseconds: test back to back, looking at
-        # the clock only, and start watching after READ_EVERY seconds.
+        # Most waits end within microseconds: test back to back, now and then
+        # yielding the core (as MPICH's own blocking wait does: on a busy
+        # machine the rank being waited for may need it) and looking at the
+        # clock; start watching after READ_EVERY seconds.
         start = time.monotonic()
-        until = start + READ_EVERY
+        until, spins = start + READ_EVERY, 0
         while not done():
-            if time.monotonic() >= until:
-                self._watch(done, p2p, start)
-                return
+            spins += 1
+            if spins % YIELD_EVERY == 0:
+                _yield()
+                if time.monotonic() >= until:
+                    self._watch(done, p2p, start)
+                    return
 
     def _watch(self, done, p2p, start):
         self.waiting = self._state(p2p)
@@ -271,6 +278,8 @@ class Wire:
                     self._give_up(waited, None)
                 if waited > SPIN:
                     time.sleep(NAP)
+                else:
+                    _yield()
         finally:
             if posted:
                 self._post(dict(self.waiting, state='done'))
