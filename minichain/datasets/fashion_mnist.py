@@ -18,6 +18,7 @@ from minichain.datasets.tuple_dataset import TupleDataset
 __all__ = ['get_fashion_mnist', 'read_idx']
 
 DEBIAN_DIR = '/usr/share/datasets/fashion-mnist'
+N_CLASSES = 10
 ENV_VAR = 'MINICHAIN_DATASET_ROOT'
 FILES = {
     'train': ('train-images-idx3-ubyte', 'train-labels-idx1-ubyte'),
@@ -132,6 +133,13 @@ def _load_split(paths, ndim, scale, dtype, label_dtype):
         raise ValueError('get_fashion_mnist: {} has {} images but {} has {} '
                          'labels'.format(image_path, len(images), label_path,
                                          len(labels)))
+    bad = numpy.flatnonzero((labels < 0) | (labels >= N_CLASSES))
+    if bad.size:
+        raise ValueError('get_fashion_mnist: {} holds label {} at index {} '
+                         '({} labels out of range); Fashion-MNIST labels are '
+                         '0 to {}'.format(label_path, int(labels[bad[0]]),
+                                          int(bad[0]), bad.size,
+                                          N_CLASSES - 1))
     n, rows, cols = images.shape
     shape = {1: (n, rows * cols), 2: (n, rows, cols), 3: (n, 1, rows, cols)}
     images = images.reshape(shape[ndim]).astype(dtype)
@@ -164,7 +172,8 @@ def get_fashion_mnist(withlabel=True, ndim=1, scale=1.0, dtype=numpy.float32,
     Raises:
         FileNotFoundError: no folder has the four files (the message lists
             where it looked and how to get them).
-        ValueError: a file is corrupt (named) or ``ndim`` is not 1, 2, 3.
+        ValueError: a file is corrupt (named), holds a label outside
+            0-9 (named, with its index), or ``ndim`` is not 1, 2, 3.
     """
     if ndim not in (1, 2, 3):
         raise ValueError('get_fashion_mnist: ndim must be 1, 2 or 3, got {}'

@@ -22,6 +22,7 @@ HEADER_SIZE = 16
 N_MAXES, N_ROOT = 4, 6     # header slots: combined by max, set by the root
 _UNSET = numpy.iinfo(numpy.int64).min
 _codes = {}
+RAISE = 'raise_everywhere'  # the kind that the other kinds give way to
 
 
 class CollectiveMismatchError(RuntimeError):
@@ -50,13 +51,18 @@ def attempt(fn, *args):
 
 def raise_failures(values):
     """Raise the first :class:`Failure` among every rank's ``values`` (its
-    type, naming the rank when there are several); return otherwise."""
+    type, naming the ranks when there are several); return otherwise.
+
+    The error has ``raised_on_every_rank = True``: the other ranks raise it
+    too (so a handler need not tell them)."""
     failed = [(r, v) for r, v in enumerate(values) if isinstance(v, Failure)]
     if failed:
         rank, f = failed[0]
         where = '' if len(values) == 1 else ' (on {})'.format(
             format_ranks([r for r, _ in failed]))
-        raise f.type(f.text + where)
+        error = f.type(f.text + where)
+        error.raised_on_every_rank = True
+        raise error
 
 
 def _code(kind):
@@ -87,7 +93,8 @@ def header(wire, agree=None, on_mismatch=None, maxes=(), root=None,
     Returns:
         ``(maxes, root_values)`` combined, as tuples of ints.
     Raises:
-        CollectiveMismatchError: the ranks are in different collectives.
+        CollectiveMismatchError: the ranks are in different collectives
+            (unless one is in :func:`raise_everywhere`: then its error).
         whatever ``on_mismatch`` returns, or a Failure's error.
     """
     kind, _, seq = wire.current()
@@ -101,9 +108,11 @@ def header(wire, agree=None, on_mismatch=None, maxes=(), root=None,
         MPI = _mpi.import_mpi()
         wire.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
         if v[0] != -v[1] or v[2] != -v[3]:
-            calls = wire.allgather_obj((wire.describe(), seq))
+            calls = wire.allgather_obj((wire.describe(), seq, agree if (
+                kind == RAISE) else None))
+            raise_failures([failure for _, _, failure in calls])
             raise CollectiveMismatchError(collective_mismatch_message(
-                wire, calls))
+                wire, [call[:2] for call in calls]))
         if v[4] != -v[5]:
             values = wire.allgather_obj(agree)
             raise_failures(values)
@@ -178,3 +187,18 @@ def format_ranks(ranks):
                          '{}-{}'.format(start, r))
             start = None
     return ('rank ' if len(ranks) == 1 else 'ranks ') + ', '.join(parts)
+
+
+def raise_everywhere(wire, error):
+    """Raise ``error`` (a TypeError, ValueError or any exception that takes
+    its message as only argument) on every rank of ``wire``.
+
+    This rank opens a collective of its own; the other ranks meet it in
+    whatever collective they are in or enter next, and raise the error
+    there, as this rank does, with ``(on rank r)`` appended and
+    ``raised_on_every_rank = True``. For an error that only one rank sees
+    in the middle of training (a batch it cannot read), so that every rank
+    stops with the same message instead of waiting for it.
+    """
+    with wire.collective(RAISE):
+        header(wire, Failure(error))

@@ -9,7 +9,7 @@ collective opens with the header of :mod:`minichain.dist.agreement`.
 import numpy
 
 from minichain import backend
-from minichain.dist import _mpi, safety, timeline, watchdog
+from minichain.dist import _mpi, agreement, safety, timeline, watchdog
 from minichain.dist._collectives import CollectivesMixin
 
 
@@ -184,6 +184,12 @@ class CommunicatorBase(CollectivesMixin):
         """Average ``[(path, param, grad_or_None)]`` over ranks and set each
         ``param.grad`` (None contributes zeros)."""
         raise NotImplementedError(type(self).__name__ + '._mean_grads')
+
+    def raise_everywhere(self, error):
+        """Raise ``error`` on every rank (see
+        :func:`minichain.dist.agreement.raise_everywhere`): the others
+        raise it in the collective they are in or enter next."""
+        agreement.raise_everywhere(self._wire, error)
 
     # -- communicator management ----------------------------------------------
     def split(self, color, key):

@@ -12,7 +12,7 @@ from minichain.dist.agreement import format_ranks
 
 _OWN = ('actual_optimizer', 'communicator', 'zero_fill', 'needs_broadcast',
         'nan_check', '_active')
-_MAX_NAMES = 5
+_MAX_NAMES = 3
 
 
 class NonFiniteGradientError(FloatingPointError):

@@ -196,7 +196,8 @@ def test_synthetic_run_sigterm_and_resume_equal_uninterrupted(tmp_path):
     assert it < 12 and (b / 'snapshot_iter_{}'.format(it)).exists()
 
     snapshot = b / 'snapshot_iter_{}'.format(it)
-    rc, out, err = run(2, common + ['--out', b, '--resume', snapshot])
+    rc, out, err = run(2, common + ['--out', b, '--resume', snapshot,
+                                    '--keep', '10'])
     assert rc == 0, out + err
     expected = model_arrays(a / 'snapshot_iter_12')
     got = model_arrays(b / 'snapshot_iter_12')

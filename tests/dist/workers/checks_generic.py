@@ -272,6 +272,16 @@ def local_errors_everywhere(comm):
     _same_on_every_rank(comm, msg)
     _expect_error(ValueError, lambda: dist.scatter_index(
         0, comm), 'at least one example')
+    # An error one rank meets between collectives: the others raise it in
+    # their next collective.
+    def unreadable():
+        if comm.rank == last:
+            comm.raise_everywhere(OSError('batch 7 is unreadable'))
+        comm.allreduce_obj(1)
+    msg = _expect_error(OSError, unreadable, 'batch 7 is unreadable')
+    if comm.size > 1:
+        assert msg.endswith('(on rank {})'.format(last)), msg
+    _same_on_every_rank(comm, msg)
     assert numpy.array_equal(comm.allreduce(x), x * comm.size)  # in step
 
 
