@@ -143,13 +143,13 @@ class CommunicatorBase(CollectivesMixin):
             zero_fill: a gradient that is None on some ranks only counts as
                 zeros there (and they receive the mean). Without it that case
                 is a ValueError raised on every rank.
+            step: a training step count that must be equal on every rank
+                (e.g. ``optimizer.t``); None: not compared.
 
         Raises:
             ModelMismatchError: the models differ (on every rank).
             ValueError: see ``zero_fill``.
-            CollectiveMismatchError: ``step`` (the optimizer's update
-                count, passed by the multi-node optimizer) differs between
-                ranks.
+            CollectiveMismatchError: ``step`` differs between ranks.
 
         After the call ``param.grad`` may be a view of a buffer that the
         communicator reuses at its next call for this model: copy a gradient

@@ -114,11 +114,15 @@ class _MultiNodeOptimizer:
         local = ([(n, p.grad) for n, p in target.namedparams()]
                  if self.nan_check else None)
         comm = self.communicator
-        n_active = comm._mean_grad(target, self.zero_fill,
-                                   self.actual_optimizer.t, self._active)
+        if self._active is None:  # the public call, which users may wrap
+            comm.multi_node_mean_grad(target, self.zero_fill)
+            n_active = None
+        else:
+            n_active = comm._mean_grad(target, self.zero_fill,
+                                       self.actual_optimizer.t, self._active)
         if n_active == 0:
             return False
-        if n_active < comm.size:  # a mean over the ranks with data
+        if n_active is not None and n_active < comm.size:  # mean over data
             for p in target.params():
                 if p.grad is not None:
                     p.grad = p.grad * (comm.size / n_active)
@@ -252,9 +256,8 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
 
     * every rank builds the same model (same parameter paths, shapes and
       dtypes: checked before each allreduce, a mismatch raises on every
-      rank) and calls ``update`` the same number of times (the update
-      count is checked too; for shards of different lengths see
-      :func:`join`);
+      rank) and calls ``update`` the same number of times (for shards of
+      different lengths see :func:`join`);
     * the first ``update`` after ``setup`` broadcasts rank 0's parameters
       and persistents and does not step; every later one replaces each
       gradient by its mean over ranks (parameters in sorted-path order),

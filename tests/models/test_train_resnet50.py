@@ -237,6 +237,8 @@ BAD = {
                          'cannot read snapshot'),
     'corrupt snapshot': (['--data', 'synthetic', '--resume', '{tmp}/junk'],
                          'cannot read snapshot'),
+    'lr inf': (['--lr', 'inf'], '--lr must be > 0, got inf'),
+    'seed -1': (['--seed', '-1'], '--seed must be in [0, 4294967296)'),
 }
 
 
@@ -254,3 +256,4 @@ def test_bad_input_is_one_line_and_nonzero_exit(tmp_path, case):
     lines = err.strip().split('\n')
     assert len(lines) == 1 and lines[0].startswith('train_resnet50.py: error:')
     assert message in lines[0], lines
+    assert not (tmp_path / 'out').exists()  # nothing was written
