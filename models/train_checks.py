@@ -84,15 +84,17 @@ def snapshot_bytes(model, optimizer_slots=1):
 
 
 def check_free_space(out, need):
-    """Refuse an ``--out`` whose file system cannot hold ``need`` bytes (one
-    snapshot, with a margin)."""
+    """Refuse an ``--out`` whose file system cannot hold two snapshots of
+    ``need`` bytes (a new one is written beside the last, which is removed
+    only once the new one is complete), with a margin."""
     folder = check_out(out)
     free = shutil.disk_usage(folder).free
-    if free < need * 1.05 + (1 << 20):
+    if free < 2.1 * need + (1 << 20):
         raise UserError(
             '--out {}: {:.1f} MB free on its file system, but a snapshot of '
-            'this model takes about {:.1f} MB; free some space or choose '
-            'another --out'.format(out, free / 2 ** 20, need / 2 ** 20))
+            'this model takes about {:.1f} MB, and one is written beside the '
+            'last; free some space or choose another --out'.format(
+                out, free / 2 ** 20, need / 2 ** 20))
 
 
 def remove_stale_temporaries(out):

@@ -258,8 +258,8 @@ def _resume(snap, path, trainer):
 
 def train(trainer, comm, out):
     """``trainer.run()``; an error that one rank meets (an unreadable batch)
-    is raised on every rank, and a non-finite gradient stops training with
-    one line."""
+    is raised on every rank, and a non-finite gradient or a snapshot that
+    cannot be written stops training with one line."""
     try:
         trainer.run()
     except UserError as e:
@@ -267,6 +267,10 @@ def train(trainer, comm, out):
             comm.raise_everywhere(e)
         raise
     except dist.NonFiniteGradientError as e:
+        raise UserError('{}; {}'.format(e, train_checks.describe_last(out)))
+    except OSError as e:  # a snapshot rank 0 could not write, say
+        if not getattr(e, 'raised_on_every_rank', False):
+            raise
         raise UserError('{}; {}'.format(e, train_checks.describe_last(out)))
 
 

@@ -159,14 +159,30 @@ class MultiNodeSnapshot(extension.Extension):
 
     def __call__(self, trainer):
         """Write the snapshot on ``root`` (collective: the other ranks send
-        their persistent values, e.g. per-rank batch-norm statistics)."""
+        their persistent values, e.g. per-rank batch-norm statistics).
+
+        Raises:
+            OSError: on every rank, when ``root`` could not write the file
+                (a full disk, say); the previous snapshots are untouched.
+        """
         self._per_rank = self.comm.gather_obj(_persistents(trainer),
                                               self.root)
+        failed = None
         try:
             if self.comm.rank == self.root:
-                self.snapshot(trainer)
+                try:
+                    self.snapshot(trainer)
+                except OSError as e:
+                    failed = str(e)
         finally:
             self._per_rank = None
+        failed = self.comm.bcast_obj(failed, self.root)
+        if failed is not None:
+            error = OSError('multi_node_snapshot: rank {} could not write the '
+                            'snapshot of iteration {}: {}'.format(
+                                self.root, trainer.updater.iteration, failed))
+            error.raised_on_every_rank = True
+            raise error
         self.last_iteration = trainer.updater.iteration
 
     def initialize(self, trainer):
