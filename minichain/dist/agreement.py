@@ -12,6 +12,7 @@ It replaces the small exchanges the collectives made anyway (shapes,
 lengths), so that the training path pays no extra message for it.
 """
 import hashlib
+import pickle
 import zlib
 
 import numpy
@@ -35,6 +36,11 @@ class Failure:
 
     def __init__(self, error):
         self.type, self.text = type(error), str(error)
+        try:  # it travels to the other ranks, by name
+            pickle.loads(pickle.dumps(self.type))
+        except Exception:  # noqa: BLE001 - e.g. a class local to a function
+            self.type = RuntimeError
+            self.text = '{}: {}'.format(type(error).__name__, self.text)
 
     def __repr__(self):
         return 'Failure({}: {})'.format(self.type.__name__, self.text)
@@ -60,7 +66,11 @@ def raise_failures(values):
         rank, f = failed[0]
         where = '' if len(values) == 1 else ' (on {})'.format(
             format_ranks([r for r, _ in failed]))
-        error = f.type(f.text + where)
+        try:
+            error = f.type(f.text + where)
+        except Exception:  # noqa: BLE001 - a type that wants more arguments
+            error = RuntimeError('{}: {}{}'.format(f.type.__name__, f.text,
+                                                   where))
         error.raised_on_every_rank = True
         raise error
 
@@ -97,6 +107,9 @@ def header(wire, agree=None, on_mismatch=None, maxes=(), root=None,
             (unless one is in :func:`raise_everywhere`: then its error).
         whatever ``on_mismatch`` returns, or a Failure's error.
     """
+    if len(maxes) > N_MAXES or len(root_values) > N_ROOT:
+        raise ValueError('header: at most {} maxes and {} root values'
+                         .format(N_MAXES, N_ROOT))
     kind, _, seq = wire.current()
     v = numpy.full(HEADER_SIZE, _UNSET, dtype=numpy.int64)
     v[6:6 + len(maxes)] = maxes
