@@ -165,8 +165,8 @@ def test_first_sigterm_after_the_stall_timeout_ends_at_once(timeout, dies):
         assert proc.stdout.readline().strip() == 'ready'
         time.sleep(2.0)
         proc.send_signal(signal.SIGTERM)
-        try:
-            rc = proc.wait(timeout=30)
+        try:  # ends at once, or (noted only) still runs seconds later
+            rc = proc.wait(timeout=30 if dies else 3)
         except subprocess.TimeoutExpired:
             rc = None
         if dies:
