@@ -86,9 +86,8 @@ def _abort_hook(exc_type, exc, tb):
         sys.stdout.flush()
         sys.stderr.write(''.join(prefix + line
                                  for line in text.splitlines(True)))
-        sys.stderr.flush()
     finally:
-        MPI.COMM_WORLD.Abort(1)
+        watchdog.abort(1)
 
 
 # -- same-model check ---------------------------------------------------------

@@ -62,6 +62,7 @@ SPIN = 1.0                # seconds of back-to-back tests before napping
 NAP = 0.001               # seconds between tests after SPIN
 READ_EVERY = 0.02         # seconds between two looks at the notes
 YIELD_EVERY = 32          # tests between two yields of the core
+ABORT_DELAY = 1.0         # seconds between the last words and MPI_Abort
 _TAG = 7
 
 _yield = getattr(os, 'sched_yield', lambda: time.sleep(0))
@@ -96,6 +97,18 @@ def stalled():
         return False
     idle = time.monotonic() - _clock['progress']
     return idle > min(w.timeout for w in wires)
+
+
+def abort(status):
+    """End the whole job with ``status`` (MPI_Abort), once what this rank
+    wrote had a moment to reach the launcher: it may kill the job before
+    reading the last lines of a rank's output pipe."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        time.sleep(ABORT_DELAY)
+    finally:
+        _mpi.import_mpi().COMM_WORLD.Abort(status)
 
 
 def note_uncaught(exc_type):
@@ -407,9 +420,8 @@ class Wire:
         try:
             sys.stdout.flush()
             sys.stderr.write(text)
-            sys.stderr.flush()
         finally:
-            _mpi.import_mpi().COMM_WORLD.Abort(EXIT_STATUS)
+            abort(EXIT_STATUS)
 
 
 def _seq(state):
