@@ -77,9 +77,26 @@ def _arrays(outputs):
                  for y in _as_tuple(outputs))
 
 
-def check_backward(func, x_data, y_grad, params=(), eps=1e-3, atol=1e-5,
-                   rtol=1e-4, dtype=None, no_grads=None):
+HALF_RTOL, HALF_ATOL = 5e-3, 2e-3
+
+
+def check_backward(func, x_data, y_grad, params=(), eps=1e-3, atol=None,
+                   rtol=None, dtype=None, no_grads=None):
     """Assert that ``func``'s backward matches numerical differentiation.
+
+    Each element must satisfy ``|analytic - numerical| <= atol + rtol *
+    |numerical|``.
+
+    **float16.** Steps of ``eps`` are too coarse in float16 (its spacing
+    near 1 is 1e-3), so when an input or param is float16 (and ``dtype`` is
+    None) the numerical gradient is taken on float64 copies, and the
+    default tolerances become ``rtol = 5e-3`` and ``atol = 2e-3`` times the
+    largest ``|numerical|`` of that input or ``|y_grad|``: they pass
+    float16's rounding of a correct backward (a few units in the last place
+    of the values involved) and fail one that is 1% off wherever float16
+    can tell (not on gradients far below the largest). To check the
+    mathematics of a float16 function precisely, pass
+    ``dtype=numpy.float64``.
 
     Args:
         func: callable taking Variables and returning a Variable or a tuple.
@@ -88,7 +105,8 @@ def check_backward(func, x_data, y_grad, params=(), eps=1e-3, atol=1e-5,
             for a scalar output (then 1 is used).
         params: Parameters (or Variables) used inside ``func`` whose
             gradients are checked too.
-        eps, atol, rtol: step size and tolerances.
+        eps: step size.
+        atol, rtol: tolerances; None: 1e-5 and 1e-4 (float16: see above).
         dtype: if given (e.g. numpy.float64), inputs and params are cast to
             it for the check, so that float32 code can be checked precisely.
         no_grads: per-input flags; True means the input gets no gradient
@@ -101,6 +119,11 @@ def check_backward(func, x_data, y_grad, params=(), eps=1e-3, atol=1e-5,
     if dtype is not None:
         x_data = tuple(x.astype(dtype) if x.dtype.kind == 'f' else x
                        for x in x_data)
+    half = dtype is None and _has_half(x_data, params)
+    tol = (HALF_ATOL if atol is None and half else
+           (1e-5 if atol is None else atol),
+           HALF_RTOL if rtol is None and half else
+           (1e-4 if rtol is None else rtol), half and atol is None)
     if no_grads is None:
         no_grads = [x.dtype.kind != 'f' for x in x_data]
     xs = [Variable(x.copy(), requires_grad=not ng)
@@ -110,7 +133,7 @@ def check_backward(func, x_data, y_grad, params=(), eps=1e-3, atol=1e-5,
         if dtype is not None:
             for p in params:
                 p.array = p.array.astype(dtype)
-        _check_backward(func, xs, y_grad, params, eps, atol, rtol)
+        _check_backward(func, xs, y_grad, params, eps, tol, half)
     finally:
         for p, a in zip(params, saved_params):
             p.array = a
@@ -132,7 +155,7 @@ class _Seed(FunctionNode):
                      else Variable(self.y_grad[i]) for i in indexes)
 
 
-def _check_backward(func, xs, y_grad, params, eps, atol, rtol):
+def _check_backward(func, xs, y_grad, params, eps, tol, wide):
     for p in params:
         p.cleargrad()
     ys = _as_tuple(func(*xs))
@@ -155,24 +178,52 @@ def _check_backward(func, xs, y_grad, params, eps, atol, rtol):
     _Seed(y_grad).apply(ys)[0].backward()
 
     targets = [x for x in xs if x.requires_grad] + list(params)
-    arrays = [x.array for x in targets]
     # Read the analytic gradients now: ``func`` may touch them when the
     # numerical pass calls it again (check_double_backward's does).
     analytic = [None if v.grad is None else backend.to_cpu(v.grad).copy()
                 for v in targets]
 
+    # The numerical pass: on the inputs themselves, or on float64 copies
+    # (``wide``, for float16), the params' arrays swapped for theirs.
+    fxs = [Variable(_wide(x.array), requires_grad=x.requires_grad)
+           for x in xs] if wide else xs
+    saved = [p.array for p in params]
+    if wide:
+        for p in params:
+            p.array = _wide(p.array)
+    arrays = [x.array for x in fxs if x.requires_grad] + [
+        p.array for p in params]
+
     def forward():
         with using_config('enable_backprop', False):
-            return _arrays(func(*xs))
-
-    numeric = numerical_grad(forward, arrays, y_grad, eps)
+            return _arrays(func(*fxs))
+    try:
+        numeric = numerical_grad(forward, arrays, y_grad, eps)
+    finally:
+        for p, a in zip(params, saved):
+            p.array = a
+    atol, rtol, relative = tol
+    ys_scale = [float(numpy.abs(backend.to_cpu(gy)).max(initial=0))
+                for gy in y_grad if gy is not None]
     for k, (v, gana, gnum) in enumerate(zip(targets, analytic, numeric)):
         what = 'input {}'.format(xs.index(v)) if k < len(targets) - len(
             params) else 'param {!r}'.format(v.name)
         if gana is None:
             gana = numpy.zeros_like(gnum)
+        gnum = backend.to_cpu(gnum)
+        scale = max([1e-30, float(numpy.abs(gnum).max(initial=0))] +
+                    ys_scale) if relative else 1.0
         _assert_close(what, backend.to_cpu(gana).astype(numpy.float64),
-                      backend.to_cpu(gnum), atol, rtol)
+                      gnum, atol * scale, rtol)
+
+
+def _has_half(x_data, params):
+    return any(a is not None and a.dtype == numpy.float16
+               for a in list(x_data) + [p.array for p in params])
+
+
+def _wide(a):
+    return a.astype(numpy.float64) if a.dtype.kind == 'f' else a
 
 
 def _assert_close(what, analytic, numeric, atol, rtol):
@@ -194,7 +245,7 @@ def _assert_close(what, analytic, numeric, atol, rtol):
 
 
 def check_double_backward(func, x_data, y_grad, x_grad_grad, params=(),
-                          eps=1e-3, atol=1e-4, rtol=1e-3, dtype=None,
+                          eps=1e-3, atol=None, rtol=None, dtype=None,
                           params_grad_grad=()):
     """Check second derivatives: the backward of ``func``'s backward.
 
@@ -203,8 +254,9 @@ def check_double_backward(func, x_data, y_grad, x_grad_grad, params=(),
     so the gradients w.r.t. x, gy and params of ``sum(g * ggx)`` are checked.
 
     Args:
-        func, x_data, y_grad, params, eps, atol, rtol, dtype: as in
+        func, x_data, y_grad, params, eps, dtype: as in
             :func:`check_backward`.
+        atol, rtol: None: 1e-4 and 1e-3 (float16: as in check_backward).
         x_grad_grad: one array per floating-point input (the ``ggx``).
         params_grad_grad: one array per parameter.
     Raises:
@@ -214,6 +266,9 @@ def check_double_backward(func, x_data, y_grad, x_grad_grad, params=(),
     y_grad = _as_tuple(y_grad)
     n_x = len(x_data)
     params = tuple(params)
+    if dtype is not None or not _has_half(x_data, params):
+        atol = 1e-4 if atol is None else atol
+        rtol = 1e-3 if rtol is None else rtol
 
     def first_order(*args):
         from minichain.configuration import force_backprop_mode

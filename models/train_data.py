@@ -221,16 +221,20 @@ class CropConverter:
                 IMAGENET_STD[:, None, None]
             out.append((image.astype(numpy.float32), label))
         if not out:
-            raise RuntimeError('CropConverter: every image of a batch of {} '
-                               'was unreadable'.format(len(batch)))
+            raise UserError('every image of a batch of {} was unreadable (see '
+                            'the warnings above): fix or remove them'.format(
+                                len(batch)))
         return concat_examples(out, device)
 
 
 def load(args, comm, agree):
     """This rank's ``(train, val, n_classes, channels, converters)``.
 
-    ``converters`` is ``(train converter, val converter, skipped)`` where
-    ``skipped()`` counts this rank's unreadable images (or None)."""
+    ``converters`` is ``(train converter, val converter, skipped,
+    fingerprint)`` where ``skipped()`` counts this rank's unreadable images
+    (or None) and ``fingerprint`` tells the training sets apart (the same
+    on every rank)."""
+    from models.train_checks import fingerprint
     if args.data == 'imagenet':
         train, val = agree(comm, _image_folders, args)
         n = len(train) if args.train_subset is None else min(
@@ -245,14 +249,18 @@ def load(args, comm, agree):
                   for ds, idx in ((train, mine), (val, mine_val))]
         crops = (CropConverter(args.image_size, True),
                  CropConverter(args.image_size, False))
-        converters = crops + (lambda: sum(len(c.unreadable) for c in crops),)
+        files = '\n'.join(p for p, _ in train.pairs).encode()
+        converters = crops + (
+            lambda: sum(len(c.unreadable) for c in crops),
+            fingerprint(numpy.frombuffer(files, numpy.uint8), pick))
         return shards[0], shards[1], len(train.classes), 3, converters
     data = agree(comm, _arrays, args) if comm.rank == 0 else agree(
         comm, lambda: None)
-    n_classes, channels = comm.bcast_obj(data and data[2:])
+    n_classes, channels, print_ = comm.bcast_obj(data and (
+        data[2:] + (fingerprint(*data[0]),)))
     train = dist.scatter_dataset(data and data[0], comm, shuffle=True,
                                  seed=args.seed)
     val = dist.scatter_dataset(data and data[1], comm,
                                force_equal_length=False)
     return (TupleDataset(*train), TupleDataset(*val), n_classes, channels,
-            (concat_examples, concat_examples, None))
+            (concat_examples, concat_examples, None, print_))

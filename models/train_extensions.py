@@ -8,7 +8,6 @@ bar).
 """
 import argparse
 import contextlib
-import glob
 import math
 import os
 import signal
@@ -16,7 +15,9 @@ import sys
 import time
 
 from minichain import backend, training
+from minichain.dist import watchdog
 from minichain.training import extension
+from minichain.training.extensions._snapshot_files import stale_temporaries
 
 
 class TimedUpdater(training.StandardUpdater):
@@ -90,21 +91,33 @@ class LearningRate(extension.Extension):
 STOP_SIGNALS = tuple(getattr(signal, name) for name in (
     'SIGTERM', 'SIGINT', 'SIGUSR1', 'SIGUSR2') if hasattr(signal, name))
 
-_caught = {'signum': 0}  # the first stop signal this process received
+_caught = {'signum': 0, 'at': 0.0}  # the first stop signal, and when
+# A stop signal repeated within this many seconds is one request delivered
+# twice (by the scheduler and by the launcher), not a second request.
+REPEAT_WINDOW = 5.0
 
 
 def catch_signals():
     """From now on a stop signal (``STOP_SIGNALS``) only takes note
-    (``StopOnSignal`` acts on it between iterations). A SIGINT after that
-    (Ctrl-C again) ends the process at once; a repeated SIGTERM or SIGUSR
-    is ignored, because one request often arrives twice (Slurm signals
-    every process of a job step, and the launcher forwards what it got),
-    and the scheduler's SIGKILL is the hard stop. Call it first thing."""
+    (``StopOnSignal`` acts on it between iterations). After that, the
+    process ends at once on a SIGINT (Ctrl-C again), or on any stop signal
+    more than ``REPEAT_WINDOW`` seconds after the first (a second request),
+    or on any stop signal once the process has made no progress through the
+    collectives for longer than the stall timeout
+    (``minichain.dist.watchdog.stalled``: it would never reach the next
+    iteration). A repeated SIGTERM or SIGUSR within the window is the same
+    request delivered twice (Slurm signals every process of a job step, and
+    the launcher forwards what it got) and is ignored. Call it first
+    thing."""
     def note(signum, frame):
-        if _caught['signum'] and signum == signal.SIGINT:
+        now = time.monotonic()
+        again = _caught['signum'] and (
+            signum == signal.SIGINT or now - _caught['at'] > REPEAT_WINDOW)
+        if again or watchdog.stalled():
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
-        _caught['signum'] = _caught['signum'] or signum
+        if not _caught['signum']:
+            _caught['signum'], _caught['at'] = signum, now
     for s in STOP_SIGNALS:
         signal.signal(s, note)
 
@@ -164,7 +177,7 @@ class SnapshotSchedule:
     def __init__(self, base, every, comm):
         self.base = training.get_trigger(base) if base else None
         self.every, self.comm = every, comm
-        self.periodic = False
+        self.periodic = self.fired = False
         self._since = None
 
     def __call__(self, trainer):
@@ -180,7 +193,8 @@ class SnapshotSchedule:
             if due or regular:
                 self._since = now
         self.periodic = due and not regular
-        return regular or due
+        self.fired = regular or due
+        return self.fired
 
 
 class PrunePeriodic(extension.Extension):
@@ -205,20 +219,24 @@ class PrunePeriodic(extension.Extension):
         self._previous = path if self.schedule.periodic else None
 
 
-def extend_snapshots(trainer, snap, filename, base, every, comm):
+def extend_snapshots(trainer, snap, filename, base, every, comm,
+                     before=None):
     """Extend ``trainer`` with the multi-node snapshot ``snap`` (written as
     ``filename``) on ``base`` and every ``every``; see SnapshotSchedule.
 
-    Rank 0 also removes the temporary files of snapshots that a killed run
-    was writing (hidden ``.<filename>...tmp`` files in ``trainer.out``;
-    the snapshot they were to replace is still there)."""
+    ``before``, an extension of higher priority than the snapshot (a check
+    that may stop training), runs on the same firings, just before it.
+    Temporary files of interrupted writes are the training script's to
+    remove (``train_checks.remove_stale_temporaries``: only those whose
+    writer no longer runs)."""
     schedule = SnapshotSchedule(base, every, comm)
-    trainer.extend(snap, trigger=schedule)
+    if before is None:
+        trainer.extend(snap, trigger=schedule)
+    else:  # the schedule is stateful: evaluate it once per iteration
+        trainer.extend(before, trigger=schedule)
+        trainer.extend(snap, trigger=lambda t: schedule.fired)
     if comm.rank == 0:
-        prefix = filename.split('{')[0]
-        for path in glob.glob(os.path.join(glob.escape(trainer.out),
-                                           '.*' + glob.escape(prefix) +
-                                           '*.tmp')):
+        for path in stale_temporaries(trainer.out, [filename]):
             with contextlib.suppress(OSError):
                 os.remove(path)
         if every:

@@ -8,12 +8,15 @@
 An ordinary trainer script plus the multi-node calls: create_communicator,
 scatter_dataset, create_multi_node_optimizer, create_multi_node_evaluator and
 multi_node_snapshot. Rank 0 draws the progress bar and writes the log, the
-plots and the snapshots under --out. SIGTERM, SIGINT, SIGUSR1 or SIGUSR2:
-every rank stops at the same iteration, rank 0 writes a snapshot, and the
-job exits with 128 + the signal number; --resume continues exactly, and
+plots and the snapshots under --out (the last --keep of them). SIGTERM,
+SIGINT, SIGUSR1 or SIGUSR2: every rank stops at the same iteration, rank 0
+writes a snapshot, and the job exits with 128 + the signal number; --resume
+continues exactly (and refuses a snapshot of other settings), and
 --snapshot-every bounds what a launcher's SIGKILL can lose. Bad input ends
-every rank with one line on stderr and a non-zero exit. The recipe is in
-README.md.
+every rank with one line on stderr and a non-zero exit, before any work when
+it can be seen: options, --out (writable, room for a snapshot), data; a
+gradient that is inf or NaN stops training at once (--nan-check), keeping
+the last good snapshot. The recipe is in README.md.
 """
 import argparse
 import math
@@ -47,7 +50,7 @@ from minichain import training  # noqa: E402
 from minichain.iterators import MultiprocessIterator  # noqa: E402
 from minichain.iterators import SerialIterator  # noqa: E402
 from minichain.training import extensions  # noqa: E402
-from models import train_data  # noqa: E402
+from models import train_checks, train_data  # noqa: E402
 from models.train_extensions import (LearningRate, Progress,  # noqa: E402
                                      StopOnSignal, TimedUpdater,
                                      catch_signals, extend_snapshots,
@@ -96,11 +99,15 @@ def parse_args(argv=None):
                                  'hierarchical', 'auto'))
     a('--device', choices=('cpu', 'gpu', 'auto'), default='auto')
     a('--out', '-o', default='result')
+    a('--keep', type=int, default=2, help='snapshots to keep in --out (the '
+      'newest ones; default 2)')
     a('--resume', '-r', help='a snapshot written by this script')
     a('--seed', type=int, default=0)
     a('--snapshot-every', type=snapshot_interval, metavar='N|Nm|Nh',
       help='also snapshot every N iterations (or 30m, 2h...) between epochs; '
       'each such snapshot replaces the previous one')
+    a('--nan-check', choices=('on', 'off'), default='on', help='stop at the '
+      'first update whose averaged gradient holds inf or NaN (default on)')
     a('--graph', action='store_true', help='write the graph as out/graph.dot '
       '(and graph.png when Graphviz is installed)')
     a('--train-subset', type=int, help='train on a random N-image subset '
@@ -127,22 +134,27 @@ def parse_args(argv=None):
     args.image_size = args.image_size or (224 if args.data == 'imagenet'
                                           else 32)
     for name in ('batchsize', 'val_batchsize', 'iteration', 'train_subset',
-                 'val_subset', 'image_size'):
+                 'val_subset', 'image_size', 'keep'):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UserError('--{} must be at least 1, got {}'.format(
                 name.replace('_', '-'), value), status=2)
-    for name in ('epoch', 'lr'):
+    # name: (low, high, low excluded); every value must also be finite
+    for name, (low, high, low_open) in {
+            'epoch': (0, None, True), 'lr': (0, None, True),
+            'warmup': (0, None, False), 'momentum': (0, 1, False),
+            'weight_decay': (0, None, False)}.items():
         value = getattr(args, name)
-        if value is not None and not value > 0:
-            raise UserError('--{} must be positive, got {}'.format(name, value),
-                            status=2)
+        if value is not None:
+            train_checks.number(value, name.replace('_', '-'), low, high,
+                                low_open)
+    train_checks.number(args.seed, 'seed', 0, 2 ** 32, integer=True)
+    if args.epoch is not None and args.epoch > 10 ** 6:
+        raise UserError('--epoch {} is more than a million epochs'.format(
+            args.epoch), status=2)
     if args.loaderjob is not None and args.loaderjob < 0:
         raise UserError('--loaderjob must be at least 0, got {}'.format(
             args.loaderjob), status=2)
-    if args.warmup < 0 or args.momentum < 0 or args.weight_decay < 0:
-        raise UserError('--warmup, --momentum and --weight-decay must not be '
-                        'negative', status=2)
     return args
 
 
@@ -173,8 +185,14 @@ def agree(comm, fn, *args):
     return result
 
 
+def on_root(comm, fn, *args):
+    """``fn(*args)`` on rank 0 (the writer), agreed on by every rank."""
+    return agree(comm, lambda: fn(*args) if comm.rank == 0 else None)
+
+
 def setup(args, comm):
     """Device, data, model, optimizer and trainer of this rank."""
+    on_root(comm, train_checks.check_out, args.out)
     device = agree(comm, train_data.get_device, args.device, comm.intra_rank,
                    comm.intra_size)
     train, val, n_classes, in_ch, converters = train_data.load(args, comm,
@@ -187,10 +205,13 @@ def setup(args, comm):
     if args.bn == 'sync' and comm.size > 1:
         model = dist.create_mnbn_model(model, comm)
     model = L.Classifier(model)
+    on_root(comm, train_checks.check_free_space, args.out,
+            train_checks.snapshot_bytes(model))
     model.to_device(device)
     global_batch = args.batchsize * comm.size
     opt = dist.create_multi_node_optimizer(optimizers.MomentumSGD(
-        lr=args.lr, momentum=args.momentum), comm).setup(model)
+        lr=args.lr, momentum=args.momentum), comm,
+        nan_check=args.nan_check == 'on').setup(model)
     if args.weight_decay:
         opt.add_hook(optimizer_hooks.WeightDecay(args.weight_decay))
     comm.bcast_data(model)        # start equal, so that every update steps
@@ -213,12 +234,14 @@ def setup(args, comm):
                                      device=device)
     trainer.extend(dist.create_multi_node_evaluator(evaluator, comm),
                    trigger=(1, 'epoch'))
-    name = 'snapshot_iter_{.updater.iteration}'
+    name = train_checks.SNAPSHOT
     snap = dist.multi_node_snapshot(comm, extensions.snapshot(  # float
-        filename=name,  # data hardly shrinks
+        filename=name, n_retains=args.keep,  # data hardly shrinks
         savefun=lambda path, obj: serializers.save_npz(path, obj, False)))
     extend_snapshots(trainer, snap, name, (1, 'epoch'), args.snapshot_every,
-                     comm)
+                     comm, before=train_checks.FiniteGuard(comm, args.out))
+    run_settings = train_checks.settings(args, converters[3])
+    trainer.extend(train_checks.RunSettings(run_settings))
     if converters[2] is not None:  # unreadable images, summed over ranks
         trainer.extend(extensions.observe_value(
             'skipped_images', lambda t: comm.allreduce_obj(converters[2]())))
@@ -227,7 +250,14 @@ def setup(args, comm):
         if args.graph:
             trainer.extend(extensions.DumpGraph('main/loss', 'graph.dot'))
     if args.resume:
+        on_root(comm, train_checks.check_resume, args.resume, run_settings)
         agree(comm, _resume, snap, args.resume, trainer)
+    if comm.rank == 0:
+        removed = train_checks.remove_stale_temporaries(args.out)
+        if removed:
+            print('removed {} temporary file{} of interrupted writes from {}'
+                  .format(len(removed), 's' if len(removed) > 1 else '',
+                          args.out), flush=True)
     return trainer, evaluator, snap, stop, peak
 
 
@@ -259,6 +289,24 @@ def _resume(snap, path, trainer):
         snap.load(path, trainer)
     except ValueError as e:
         raise UserError(str(e))
+
+
+def train(trainer, comm, out):
+    """``trainer.run()``; an error that one rank meets (an unreadable batch)
+    is raised on every rank, and a non-finite gradient or a snapshot that
+    cannot be written stops training with one line."""
+    try:
+        trainer.run()
+    except UserError as e:
+        if not getattr(e, 'raised_on_every_rank', False):
+            comm.raise_everywhere(e)
+        raise
+    except dist.NonFiniteGradientError as e:
+        raise UserError('{}; {}'.format(e, train_checks.describe_last(out)))
+    except OSError as e:  # a snapshot rank 0 could not write, say
+        if not getattr(e, 'raised_on_every_rank', False):
+            raise
+        raise UserError('{}; {}'.format(e, train_checks.describe_last(out)))
 
 
 def add_reports(trainer, updater, total, per_epoch):
@@ -305,9 +353,10 @@ def run(args, comm):
         print('peak lr {:.4g} ({} x {} / 256), {} warm-up, {} decay; output '
               'in {}'.format(peak, args.lr, args.batchsize * comm.size,
                              args.warmup, args.schedule, args.out), flush=True)
-    trainer.run()
+    train(trainer, comm, args.out)
     it = trainer.updater.iteration
     if snap.last_iteration != it:
+        train_checks.FiniteGuard(comm, args.out)(trainer)
         snap(trainer)
     path = os.path.join(args.out, 'snapshot_iter_{}'.format(it))
     if stop.signum:

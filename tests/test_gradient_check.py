@@ -165,3 +165,56 @@ def test_input_not_reaching_the_output_gets_a_zero_gradient():
     check_backward(lambda a, b: a * 2, (x, y), rand(3), **TIGHT)
     check_double_backward(lambda a, b: a * a, (x, y), rand(3),
                           (rand(3), rand(3)), **TIGHT)
+
+
+class _Tanh(FunctionNode):
+    """tanh with its backward scaled by ``factor`` (1: correct)."""
+
+    def __init__(self, factor):
+        self.factor = factor
+
+    def forward(self, inputs):
+        self.retain_outputs((0,))
+        return numpy.tanh(inputs[0]),
+
+    def backward(self, indexes, grad_outputs):
+        y, = self.get_retained_outputs()
+        return grad_outputs[0] * (1 - y * y) * self.factor,
+
+
+def _half(seed):
+    rng = numpy.random.default_rng(seed)
+    return (rng.uniform(-1, 1, (3, 4)).astype(numpy.float16),
+            rng.standard_normal((3, 4)).astype(numpy.float16))
+
+
+@pytest.mark.parametrize('seed', range(5))
+def test_float16_defaults_pass_a_correct_tanh_and_fail_one_1pct_off(seed):
+    x, gy = _half(seed)
+    check_backward(F.tanh, x, gy)  # float16 rounding passes
+    check_backward(lambda v: _Tanh(1.0).apply((v,))[0], x, gy)
+    with pytest.raises(AssertionError, match='input 0 differs'):
+        check_backward(lambda v: _Tanh(1.01).apply((v,))[0], x, gy)
+    # at any scale of the output gradient
+    check_backward(F.tanh, x, gy * numpy.float16(100))
+    with pytest.raises(AssertionError):
+        check_backward(lambda v: _Tanh(1.01).apply((v,))[0], x,
+                       gy * numpy.float16(0.01))
+
+
+def test_float16_given_tolerances_and_a_float64_check():
+    x, gy = _half(0)
+    wrong = lambda v: _Tanh(1.01).apply((v,))[0]  # noqa: E731
+    check_backward(wrong, x, gy, atol=5e-2, rtol=5e-2)  # the user's choice
+    check_backward(F.tanh, x, gy, dtype=numpy.float64, **TIGHT)
+    with pytest.raises(AssertionError):
+        check_backward(wrong, x, gy, dtype=numpy.float64, **TIGHT)
+
+
+def test_float16_params_and_double_backward():
+    p = Parameter(numpy.array([0.5, -0.25, 0.75], numpy.float16))
+    x, _ = _half(1)
+    gy = numpy.ones((3, 4), numpy.float16)
+    check_backward(lambda v: F.tanh(v[:, :3] * p), x, gy[:, :3], params=[p])
+    assert p.array.dtype == numpy.float16  # restored
+    check_double_backward(F.tanh, x, gy, numpy.ones((3, 4), numpy.float16))

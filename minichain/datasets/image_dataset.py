@@ -61,6 +61,11 @@ class LabeledImageDataset(DatasetMixin):
             the file; ``'skip'``: it warns once per file, records the file
             in ``skipped`` and returns None (wrap the converter with
             ``minichain.dataset.drop_none`` to leave it out of the batch).
+            An image larger than Pillow's ``Image.MAX_IMAGE_PIXELS`` (a
+            decompression bomb: a small file that decodes to gigabytes)
+            counts as unreadable.
+        ignore_label: labels must be ``>= 0``; a label equal to this value
+            (e.g. -1, for examples a loss should skip) is allowed too.
 
     Returns (per example):
         ``(image, label)``: image of shape ``(C, H, W)`` (``C = 1`` for
@@ -71,15 +76,25 @@ class LabeledImageDataset(DatasetMixin):
     """
 
     def __init__(self, pairs, root='.', dtype=numpy.float32,
-                 label_dtype=numpy.int32, mode=None, on_error='raise'):
+                 label_dtype=numpy.int32, mode=None, on_error='raise',
+                 ignore_label=None):
         name = type(self).__name__
         self._image = _import_pil(name)
         if on_error not in ('raise', 'skip'):
             raise ValueError("{}: on_error must be 'raise' or 'skip', got {!r}"
                              .format(name, on_error))
-        if isinstance(pairs, (str, os.PathLike)):
+        source = pairs if isinstance(pairs, (str, os.PathLike)) else None
+        if source is not None:
             pairs = _read_pairs(pairs)
         self._pairs = [(os.fspath(p), int(t)) for p, t in pairs]
+        for path, label in self._pairs:
+            if label < 0 and label != ignore_label:
+                raise ValueError(
+                    '{}: image {}{} has the negative label {}; labels are '
+                    'class indices >= 0 (pass ignore_label={} if it marks '
+                    'examples to skip)'.format(
+                        name, path, ' in {}'.format(source) if source else '',
+                        label, label))
         self._root = os.fspath(root)
         self._dtype = numpy.dtype(dtype)
         self._label_dtype = numpy.dtype(label_dtype)
@@ -114,14 +129,20 @@ class LabeledImageDataset(DatasetMixin):
         when ``on_error='skip'``."""
         path, label = self._pairs[i]
         full = os.path.join(self._root, path)
+        Image = self._image
         try:
-            with self._image.open(full) as img:
-                if self._mode is not None:
-                    img = img.convert(self._mode)
-                image = numpy.asarray(img, dtype=self._dtype)
+            with warnings.catch_warnings():
+                # Above MAX_IMAGE_PIXELS Pillow only warns (twice that:
+                # an error): decoding would still take gigabytes.
+                warnings.simplefilter('error', Image.DecompressionBombWarning)
+                with Image.open(full) as img:
+                    if self._mode is not None:
+                        img = img.convert(self._mode)
+                    image = numpy.asarray(img, dtype=self._dtype)
         except FileNotFoundError:
             raise
-        except (OSError, SyntaxError, ValueError) as e:
+        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError,
+                Image.DecompressionBombWarning) as e:
             message = '{}: cannot decode image {} ({}: {})'.format(
                 type(self).__name__, full, type(e).__name__, e)
             if self._on_error == 'raise':

@@ -14,7 +14,11 @@ Typical use, under ``mpiexec -n 4 python train.py``::
     opt.setup(model)
 
 Creating a communicator also installs an abort-on-uncaught-exception hook
-(see :mod:`minichain.dist.safety` for how to turn it off).
+(see :mod:`minichain.dist.safety` for how to turn it off), and every
+collective is watched: a rank that waits longer than
+``MINICHAIN_STALL_TIMEOUT`` seconds (default 600, 0: off), or that can tell
+sooner that its collective will never complete, ends the job with a report
+naming the ranks (:mod:`minichain.dist.watchdog`).
 """
 import importlib
 import sys
@@ -31,10 +35,13 @@ _COMMUNICATORS = {
 # minichain.dist stays light and never touches mpi4py or CuPy.
 _LAZY = {
     'CommunicatorBase': 'minichain.dist.communicator_base',
+    'CollectiveMismatchError': 'minichain.dist.agreement',
     'ModelMismatchError': 'minichain.dist.safety',
+    'NonFiniteGradientError': 'minichain.dist.optimizers',
     'check_same_model': 'minichain.dist.safety',
     'set_abort_on_exception': 'minichain.dist.safety',
     'create_multi_node_optimizer': 'minichain.dist.optimizers',
+    'join': 'minichain.dist.optimizers',
     'scatter_dataset': 'minichain.dist.datasets',
     'scatter_index': 'minichain.dist.datasets',
     'MultiNodeBatchNormalization': 'minichain.dist.batch_normalization',

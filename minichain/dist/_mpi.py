@@ -2,7 +2,9 @@
 
 The lazy mpi4py import (so that ``from minichain import dist`` works without
 MPI), and byte messages of any size: MPI counts are C ints, so a message of
-2 GiB or more is sent as a sequence of chunks below that limit.
+2 GiB or more is sent as a sequence of chunks below that limit. The helpers
+use mpi4py's buffer methods only (``Bcast``, ``Allreduce``, ``Send``,
+``Recv``), which a :class:`~minichain.dist.watchdog.Wire` mirrors.
 """
 import pickle
 
@@ -59,40 +61,25 @@ def allreduce_buffer(comm, buf, op):
         comm.Allreduce(MPI.IN_PLACE, flat[start:stop], op=op)
 
 
-def bcast_bytes(comm, data, root=0):
-    """Broadcast a ``bytes`` object of any length from ``root``."""
-    n = comm.bcast(len(data) if comm.rank == root else None, root=root)
-    if comm.rank == root:
-        buf = numpy.frombuffer(data, dtype=numpy.uint8).copy()
-    else:
-        buf = numpy.empty(n, dtype=numpy.uint8)
-    bcast_buffer(comm, buf, root)
-    return data if comm.rank == root else buf.tobytes()
-
-
 def send_bytes(comm, data, dest, tag=0):
-    """Send ``bytes`` of any length to ``dest`` (length first, then chunks)."""
+    """Send ``bytes`` of any length to ``dest`` (length first, then chunks).
+
+    ``comm`` is an mpi4py communicator or a :class:`~minichain.dist.watchdog.
+    Wire` (only ``Send``/``Recv`` are used, so that a Wire can watch them)."""
     buf = numpy.frombuffer(data, dtype=numpy.uint8)
-    comm.send(buf.size, dest=dest, tag=tag)
+    comm.Send(numpy.array([buf.size], numpy.int64), dest=dest, tag=tag)
     for start, stop in chunks(buf.size, 1):
         comm.Send(buf[start:stop], dest=dest, tag=tag)
 
 
 def recv_bytes(comm, source, tag=0):
     """Receive what :func:`send_bytes` sent."""
-    n = comm.recv(source=source, tag=tag)
-    buf = numpy.empty(n, dtype=numpy.uint8)
-    for start, stop in chunks(n, 1):
+    n = numpy.empty(1, numpy.int64)
+    comm.Recv(n, source=source, tag=tag)
+    buf = numpy.empty(int(n[0]), dtype=numpy.uint8)
+    for start, stop in chunks(buf.size, 1):
         comm.Recv(buf[start:stop], source=source, tag=tag)
     return buf.tobytes()
-
-
-def bcast_obj(comm, obj, root=0):
-    """Broadcast a picklable object of any pickled size."""
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL) \
-        if comm.rank == root else None
-    data = bcast_bytes(comm, data, root)
-    return obj if comm.rank == root else pickle.loads(data)
 
 
 def send_obj(comm, obj, dest, tag=0):

@@ -28,6 +28,8 @@ import numpy
 
 from minichain import backend
 from minichain.configuration import config
+from minichain.dist import _mpi
+from minichain.dist.agreement import by_rank
 from minichain.function_node import FunctionNode
 from minichain.functions import (broadcast_to, fixed_batch_normalization,
                                  reshape)
@@ -93,26 +95,53 @@ class _GlobalMoments(FunctionNode):
         dev = x64 - local_mean.reshape(
             [x.shape[i] if i in kept else 1 for i in range(x.ndim)])
         m2 = (dev * dev).sum(axis=self.axes)
-        if xp is numpy:
-            mean, var = self._combine_on_host(n, s, m2)
-        else:
-            mean, var = self._combine_on_device(n, s, m2, local_mean)
+        wire = self.comm._wire
+        with wire.collective('multi_node_batch_normalization'):
+            # Agreeing on the channels and where the statistics are combined
+            # also tells apart ranks in training mode from ranks that skipped
+            # this collective (evaluation mode): they are in another one.
+            self.comm._header((cshape, x.dtype.str, xp is numpy),
+                              self._mismatch)
+            if xp is numpy:
+                mean, var = self._combine_on_host(n, s, m2)
+            else:
+                mean, var = self._combine_on_device(n, s, m2, local_mean)
+        self._check_count(x, n)
         return (mean.reshape(cshape).astype(x.dtype),
                 var.reshape(cshape).astype(x.dtype))
+
+    @staticmethod
+    def _mismatch(values):
+        return ValueError(
+            'multi_node_batch_normalization: the ranks differ in channels, '
+            'dtype or device: {}'.format(by_rank(values, lambda v: (
+                'channels {} dtype {} on the {}'.format(
+                    v[0], numpy.dtype(v[1]).name, 'host' if v[2] else 'GPU')))))
+
+    def _check_count(self, x, n):
+        if self.total == 0:
+            raise ValueError('multi_node_batch_normalization: the global '
+                             'batch is empty')
+        if self.total < 2:  # as F.batch_normalization
+            raise ValueError(
+                'multi_node_batch_normalization: the global batch has {} '
+                'element per channel (x of shape {} on rank {}, reduced axes '
+                '{}, {} here); training-mode statistics need at least 2'
+                .format(self.total, x.shape, self.comm.rank, self.axes, n))
 
     def _combine_on_host(self, n, s, m2):
         """Chan's formula over every rank's ``[n, s, M2]`` (one Allgather),
         combined in rank order: the same bits on every rank."""
         mine = numpy.concatenate([[n], s.ravel(), m2.ravel()])
         rows = numpy.empty((self.comm.size, mine.size), dtype=numpy.float64)
-        self.comm.mpi_comm.Allgather(mine, rows)
+        self.comm._wire.Allgather(mine, rows)
         c = s.size
         counts, sums, m2s = rows[:, 0], rows[:, 1:1 + c], rows[:, 1 + c:]
-        self.total = self._checked_total(counts.sum())
-        mean = sums.sum(axis=0) / self.total
+        self.total = int(counts.sum())
+        mean = sums.sum(axis=0) / max(self.total, 1)
         means = sums / numpy.maximum(counts, 1)[:, None]
         var = (m2s + counts[:, None] * (means - mean) ** 2).sum(axis=0)
-        return mean, var / self.total
+        return mean, var / max(self.total, 1)
 
     def _combine_on_device(self, n, s, m2, local_mean):
         """On the GPU the statistics stay there: one allreduce of the sums
@@ -121,20 +150,17 @@ class _GlobalMoments(FunctionNode):
         counts come from shapes, so their sum is a host exchange. In float64,
         ``sum(M2 + n mean_r^2) - N mean^2`` loses digits only when the mean
         is some 10^6 standard deviations away from zero."""
+        MPI = _mpi.import_mpi()
         xp = backend.get_array_module(s)
-        self.total = self._checked_total(self.comm.mpi_comm.allreduce(n))
+        total = numpy.array([n], numpy.int64)
+        self.comm._wire.Allreduce(MPI.IN_PLACE, total, op=MPI.SUM)
+        self.total = int(total[0])
         sums = self.comm.allreduce(xp.concatenate(
             [s.ravel(), (m2 + s * local_mean).ravel()]))
-        mean = sums[:s.size] / self.total
-        var = xp.maximum(sums[s.size:] / self.total - mean * mean, 0.0)
+        mean = sums[:s.size] / max(self.total, 1)
+        var = xp.maximum(sums[s.size:] / max(self.total, 1) - mean * mean,
+                         0.0)
         return mean, var
-
-    @staticmethod
-    def _checked_total(total):
-        if total == 0:
-            raise ValueError('multi_node_batch_normalization: the global '
-                             'batch is empty')
-        return int(total)
 
     def backward(self, indexes, grad_outputs):
         x, = self.get_retained_inputs()

@@ -2,12 +2,14 @@
 
 A subclass only decides how the gradients of a model are averaged
 (``_mean_grads``); ranks, parameter broadcast, the array and object
-collectives, ``split`` and the safety checks live here.
+collectives, ``split`` and the safety checks live here. Every message goes
+through the communicator's :class:`~minichain.dist.watchdog.Wire`, and every
+collective opens with the header of :mod:`minichain.dist.agreement`.
 """
 import numpy
 
 from minichain import backend
-from minichain.dist import _mpi, safety, timeline
+from minichain.dist import _mpi, agreement, safety, timeline, watchdog
 from minichain.dist._collectives import CollectivesMixin
 
 
@@ -33,6 +35,8 @@ class CommunicatorBase(CollectivesMixin):
         self._owns_mpi_comm = False
         self.allreduce_grad_dtype = self._check_grad_dtype(
             allreduce_grad_dtype)
+        self._wire = watchdog.Wire(self.mpi_comm, self.name or type(
+            self).__name__)
         self._init_ranks(MPI.Get_processor_name())
         safety.install_abort_hook()
         timeline.start_from_env(self)
@@ -56,7 +60,7 @@ class CommunicatorBase(CollectivesMixin):
         return dtype
 
     def _init_ranks(self, processor_name):
-        names = self.mpi_comm.allgather(processor_name)
+        names = self._wire.allgather_obj(processor_name)
         nodes = list(dict.fromkeys(names))  # in order of first rank
         mine = names[self.rank]
         same = [r for r, n in enumerate(names) if n == mine]
@@ -77,9 +81,13 @@ class CommunicatorBase(CollectivesMixin):
             ValueError: a parameter is not initialized yet (run one forward
                 pass first), on every rank.
         """
+        with self._wire.collective('bcast_data'):
+            self._bcast_data(model)
+
+    def _bcast_data(self, model):
         params = list(model.namedparams())
         persistents = list(model.namedpersistents())
-        safety.agree(self.mpi_comm, safety.param_layout(params)
+        safety.agree(self._wire, safety.param_layout(params)
                      + safety.persistent_layout(persistents), 'bcast_data')
         uninit = [n for n, p in params if p.array is None]
         if uninit:
@@ -114,7 +122,7 @@ class CommunicatorBase(CollectivesMixin):
         rec = timeline.active
         if rec:
             t = rec.start()
-        _mpi.bcast_buffer(self.mpi_comm, buf, 0)
+        _mpi.bcast_buffer(self._wire, buf, 0)
         if rec:
             rec.stop('bcast', t, buf.nbytes)
         if self.rank != 0:
@@ -123,7 +131,7 @@ class CommunicatorBase(CollectivesMixin):
                 xp = backend.get_array_module(a)
                 xp.copyto(a, xp.asarray(value))
 
-    def multi_node_mean_grad(self, model, zero_fill=False):
+    def multi_node_mean_grad(self, model, zero_fill=False, step=None):
         """Replace every gradient of ``model`` by its mean over all ranks.
 
         Parameters are taken in ``model.namedparams()`` order (sorted by
@@ -135,19 +143,37 @@ class CommunicatorBase(CollectivesMixin):
             zero_fill: a gradient that is None on some ranks only counts as
                 zeros there (and they receive the mean). Without it that case
                 is a ValueError raised on every rank.
+            step: a training step count that must be equal on every rank
+                (e.g. ``optimizer.t``); None: not compared.
 
         Raises:
             ModelMismatchError: the models differ (on every rank).
             ValueError: see ``zero_fill``.
+            CollectiveMismatchError: ``step`` differs between ranks.
 
         After the call ``param.grad`` may be a view of a buffer that the
         communicator reuses at its next call for this model: copy a gradient
         that must outlive the next step.
         """
-        entries = safety.plan_grads(self.mpi_comm, model.namedparams(),
-                                    zero_fill, self._layout_extra(model))
-        if entries:
-            self._mean_grads(model, entries)
+        self._mean_grad(model, zero_fill, step)
+
+    def _mean_grad(self, model, zero_fill, step=None, active=None):
+        """:meth:`multi_node_mean_grad`; returns the number of ranks that
+        contributed (``active``: see :func:`safety.plan_grads`)."""
+        with self._wire.collective('multi_node_mean_grad'):
+            entries, n_active = safety.plan_grads(
+                self._wire, model.namedparams(), zero_fill,
+                self._layout_extra(model), step, active)
+            if entries:
+                self._mean_grads(model, entries)
+        return n_active
+
+    def _plan_grads(self, model, zero_fill):
+        """The header of a gradient averaging as a collective of its own (for
+        one enqueued on a GPU stream); returns the entries to average."""
+        with self._wire.collective('multi_node_mean_grad'):
+            return safety.plan_grads(self._wire, model.namedparams(),
+                                     zero_fill, self._layout_extra(model))[0]
 
     def allreduce_grad(self, model, zero_fill=False):
         """ChainerMN's earlier name of :meth:`multi_node_mean_grad`."""
@@ -163,11 +189,20 @@ class CommunicatorBase(CollectivesMixin):
         ``param.grad`` (None contributes zeros)."""
         raise NotImplementedError(type(self).__name__ + '._mean_grads')
 
+    def raise_everywhere(self, error):
+        """Raise ``error`` on every rank (see
+        :func:`minichain.dist.agreement.raise_everywhere`): the others
+        raise it in the collective they are in or enter next."""
+        agreement.raise_everywhere(self._wire, error)
+
     # -- communicator management ----------------------------------------------
     def split(self, color, key):
         """A communicator of the same kind over the ranks with equal ``color``,
         ordered by ``key`` (MPI_Comm_split)."""
-        sub = type(self)(self.mpi_comm.Split(color, key),
+        with self._wire.collective('split'):
+            self._header()
+            mpi_sub = self.mpi_comm.Split(color, key)
+        sub = type(self)(mpi_sub,
                          allreduce_grad_dtype=self.allreduce_grad_dtype)
         sub._owns_mpi_comm = True
         return sub
@@ -178,6 +213,9 @@ class CommunicatorBase(CollectivesMixin):
         :mod:`minichain.dist.timeline`). MPI itself is finalized by mpi4py
         at exit."""
         timeline.finish_owned(self)
+        if self._wire is not None:
+            self._wire.free()
+            self._wire = None
         if self._owns_mpi_comm and self.mpi_comm is not None:
             self.mpi_comm.Free()
             self.mpi_comm = None

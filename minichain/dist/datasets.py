@@ -2,16 +2,23 @@
 import numpy
 
 from minichain import backend
+from minichain.dist.agreement import Failure, attempt
 
 
 def shard_bounds(n, size, force_equal_length):
     """``[(start, stop)]`` positions of each rank's shard in an order of n.
 
-    With ``force_equal_length`` every shard has ``ceil(n / size)`` positions
-    and positions past ``n`` wrap to the start (a few examples appear twice,
-    so that every rank takes the same number of steps). Without it the
-    shards are disjoint, cover ``range(n)`` once, and their lengths differ
-    by at most one (the first ``n % size`` ranks get one more).
+    With ``force_equal_length`` (the default of :func:`scatter_dataset` and
+    :func:`scatter_index`) every shard has ``ceil(n / size)`` positions and
+    positions past ``n`` wrap to the start: a few examples appear twice, so
+    that every rank takes the same number of steps, which synchronous
+    data-parallel training needs (a rank that runs out of batches early
+    leaves the others waiting in their next allreduce; the watchdog then
+    ends the job). Without it the shards are disjoint, cover ``range(n)``
+    once, and their lengths differ by at most one (the first ``n % size``
+    ranks get one more): right for evaluation
+    (``create_multi_node_evaluator`` weights by shard length), and for
+    training inside :func:`minichain.dist.join`.
     """
     if force_equal_length:
         length = -(-n // size)
@@ -53,13 +60,24 @@ def scatter_index(n, comm, root=0, shuffle=False, seed=None,
     Returns:
         int64 array of this rank's indices.
     """
-    if comm.rank == root:
-        shards = _all_shards(n, comm.size, shuffle, seed, force_equal_length)
-        for r, shard in enumerate(shards):
-            if r != root:
-                comm.send_obj(shard, r, tag=0x1D)
-        return shards[root]
-    return comm.recv_obj(root, tag=0x1D)
+    with comm._wire.collective('scatter_index'):
+        shards = _root_shards(comm, root, n, shuffle, seed,
+                              force_equal_length)
+        if comm.rank == root:
+            for r, shard in enumerate(shards):
+                if r != root:
+                    comm.send_obj(shard, r, tag=0x1D)
+            return shards[root]
+        return comm.recv_obj(root, tag=0x1D)
+
+
+def _root_shards(comm, root, n, shuffle, seed, force_equal_length):
+    """The shards on ``root`` (None elsewhere), after the header: an error
+    on ``root`` (no examples) is raised on every rank."""
+    shards = (attempt(_all_shards, n, comm.size, shuffle, seed,
+                      force_equal_length) if comm.rank == root else None)
+    comm._header(shards if isinstance(shards, Failure) else root)
+    return shards
 
 
 def _take(dataset, idx):
@@ -87,14 +105,17 @@ def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None,
     Returns:
         This rank's shard: an array, a tuple of arrays, or a list.
     """
-    if comm.rank == root:
-        n = len(dataset[0]) if _is_columns(dataset) else len(dataset)
-        shards = _all_shards(n, comm.size, shuffle, seed, force_equal_length)
-        for r, shard in enumerate(shards):
-            if r != root:
-                comm.send_obj(_take(dataset, shard), r, tag=0x1E)
-        return _take(dataset, shards[root])
-    return comm.recv_obj(root, tag=0x1E)
+    with comm._wire.collective('scatter_dataset'):
+        n = (len(dataset[0]) if _is_columns(dataset) else len(dataset)) \
+            if comm.rank == root else None
+        shards = _root_shards(comm, root, n, shuffle, seed,
+                              force_equal_length)
+        if comm.rank == root:
+            for r, shard in enumerate(shards):
+                if r != root:
+                    comm.send_obj(_take(dataset, shard), r, tag=0x1E)
+            return _take(dataset, shards[root])
+        return comm.recv_obj(root, tag=0x1E)
 
 
 def _is_columns(dataset):

@@ -9,7 +9,6 @@ import numpy
 
 from minichain import backend
 from minichain.configuration import no_backprop_mode, using_config
-from minichain.dist import _mpi
 
 
 def _as_float(v):
@@ -30,16 +29,15 @@ def weighted_mean(comm, values, count):
     Raises:
         ValueError: the names differ between ranks, or no rank has samples.
     """
-    MPI = _mpi.import_mpi()
     names = sorted(values)
-    all_names = comm.mpi_comm.allgather(names)
+    all_names = comm.allgather_obj(names)
     if any(n != names for n in all_names):
         raise ValueError('weighted_mean: the metric names differ between '
                          'ranks: {}'.format(all_names))
     buf = numpy.array([float(count)] + [
         float(count) * _as_float(values[k]) if count else 0.0
         for k in names], dtype=numpy.float64)
-    comm.mpi_comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+    buf = comm.allreduce(buf)
     if buf[0] == 0:
         raise ValueError('weighted_mean: no rank has any sample')
     return {k: buf[i + 1] / buf[0] for i, k in enumerate(names)}
@@ -72,7 +70,7 @@ def evaluate(comm, metric_fn, dataset, batch_size=100):
             for k, v in metric_fn(batch).items():
                 sums[k] = sums.get(k, 0.0) + _as_float(v) * (stop - start)
             count += stop - start
-    names = comm.mpi_comm.allgather(sorted(sums) if count else None)
+    names = comm.allgather_obj(sorted(sums) if count else None)
     names = next((ns for ns in names if ns is not None), [])
     means = {k: (sums[k] / count if count else 0.0) for k in names}
     return weighted_mean(comm, means, count)

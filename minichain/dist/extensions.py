@@ -20,6 +20,8 @@ Typical use (``comm`` is a minichain.dist communicator)::
 import io
 import json
 import types
+import zipfile
+import zlib
 
 import numpy
 
@@ -157,14 +159,30 @@ class MultiNodeSnapshot(extension.Extension):
 
     def __call__(self, trainer):
         """Write the snapshot on ``root`` (collective: the other ranks send
-        their persistent values, e.g. per-rank batch-norm statistics)."""
+        their persistent values, e.g. per-rank batch-norm statistics).
+
+        Raises:
+            OSError: on every rank, when ``root`` could not write the file
+                (a full disk, say); the previous snapshots are untouched.
+        """
         self._per_rank = self.comm.gather_obj(_persistents(trainer),
                                               self.root)
+        failed = None
         try:
             if self.comm.rank == self.root:
-                self.snapshot(trainer)
+                try:
+                    self.snapshot(trainer)
+                except OSError as e:
+                    failed = str(e)
         finally:
             self._per_rank = None
+        failed = self.comm.bcast_obj(failed, self.root)
+        if failed is not None:
+            error = OSError('multi_node_snapshot: rank {} could not write the '
+                            'snapshot of iteration {}: {}'.format(
+                                self.root, trainer.updater.iteration, failed))
+            error.raised_on_every_rank = True
+            raise error
         self.last_iteration = trainer.updater.iteration
 
     def initialize(self, trainer):
@@ -208,6 +226,7 @@ class MultiNodeSnapshot(extension.Extension):
         try:
             with open(path, 'rb') as f:
                 data = f.read()
+            check_archive(data, path)
             with numpy.load(io.BytesIO(data), allow_pickle=False) as npz:
                 key = self._key()
                 if key not in npz:
@@ -267,13 +286,29 @@ class MultiNodeSnapshot(extension.Extension):
         failed = [(r, e) for r, e in enumerate(errors) if e is not None]
         if failed:
             rank, error = failed[0]
-            raise ValueError('multi_node_snapshot: rank {}: {}'.format(rank,
-                                                                      error))
+            raise ValueError('multi_node_snapshot: rank {}: {}'.format(
+                rank, error))
         self.last_iteration = trainer.updater.iteration
         if trainer.updater.iteration > 0:
             for opt in trainer.updater.get_all_optimizers().values():
                 if getattr(opt, 'needs_broadcast', False):
                     opt.needs_broadcast = False
+
+
+def check_archive(data, path):
+    """Raise ValueError unless ``data`` is a whole zip archive whose members
+    all pass their CRC check (a snapshot with a flipped byte or cut short
+    fails here, before anything is loaded, rather than halfway)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError,
+            ValueError) as e:
+        raise ValueError('{} is not a whole npz archive ({})'.format(
+            path, e)) from None
+    if bad is not None:
+        raise ValueError('{} is damaged: member {} fails its CRC check'
+                         .format(path, bad))
 
 
 def _targets(trainer):

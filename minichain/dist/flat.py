@@ -51,7 +51,7 @@ class FlatCommunicator(CommunicatorBase):
                 packer.pack(host, scale, lo, hi)
                 if rec:
                     t = rec.stop('pack', t, (hi - lo) * dtype.itemsize)
-                self.mpi_comm.Allreduce(MPI.IN_PLACE, host[lo:hi], op=MPI.SUM)
+                self._wire.Allreduce(MPI.IN_PLACE, host[lo:hi], op=MPI.SUM)
                 if rec:
                     t = rec.stop('allreduce', t, (hi - lo) * dtype.itemsize)
             packer.unpack(host)
@@ -66,7 +66,7 @@ class FlatCommunicator(CommunicatorBase):
             dev.get(out=host)
             if rec:
                 t = rec.stop('pack', t, host.nbytes, sync=True)
-            _mpi.allreduce_buffer(self.mpi_comm, host, MPI.SUM)
+            _mpi.allreduce_buffer(self._wire, host, MPI.SUM)
             if rec:
                 t = rec.stop('allreduce', t, host.nbytes)
             dev.set(host)

@@ -1,7 +1,7 @@
 """The hierarchical communicator: NCCL inside a node, MPI between nodes."""
 import numpy
 
-from minichain.dist import _mpi
+from minichain.dist import _mpi, watchdog
 from minichain.dist.pure_nccl import (PureNcclCommunicator,
                                       check_one_gpu_per_rank, destroy_at_exit,
                                       nccl_module)
@@ -29,6 +29,8 @@ class HierarchicalCommunicator(PureNcclCommunicator):
         # Ranks with the same intra_rank, one per node; only the
         # intra_rank == 0 one takes part in the inter-node allreduce.
         self._inter_mpi = self.mpi_comm.Split(self.intra_rank, self.inter_rank)
+        self._inter_wire = watchdog.Wire(self._inter_mpi, 'hierarchical '
+                                         '(between nodes)')
 
     def _init_nccl(self, device_id):
         if self._nccl_comm is not None:
@@ -64,7 +66,7 @@ class HierarchicalCommunicator(PureNcclCommunicator):
     def _inter_node_sum(self, wire, stream):
         """Sum ``wire`` over the nodes' first ranks through host memory."""
         MPI = _mpi.import_mpi()
-        stream.synchronize()
+        self._wire.wait_until(lambda: stream.done, 'the NCCL reduce')
         host = wire.get()
         # bfloat16 travels as uint16 bit patterns (pure_nccl.to_bfloat16_bits)
         bf16 = host.dtype == numpy.uint16
@@ -74,7 +76,7 @@ class HierarchicalCommunicator(PureNcclCommunicator):
             wide = from_bfloat16_bits(host)
         else:
             wide = host.astype(numpy.float32) if host.itemsize < 4 else host
-        _mpi.allreduce_buffer(self._inter_mpi, wide, MPI.SUM)
+        _mpi.allreduce_buffer(self._inter_wire, wide, MPI.SUM)
         if bf16:
             host = to_bfloat16_bits(numpy.ascontiguousarray(wide))
         else:
@@ -83,8 +85,10 @@ class HierarchicalCommunicator(PureNcclCommunicator):
 
     def finalize(self):
         """Destroy the NCCL communicator (as ``pure_nccl`` does), then free
-        the intra/inter MPI communicators. Safe to call twice."""
+        the inter-node wire and the intra/inter MPI communicators. Safe to
+        call twice."""
         self._destroy_nccl(barrier=True)
+        self._inter_wire.free()
         for comm in (self._intra_mpi, self._inter_mpi):
             if comm is not None:
                 comm.Free()

@@ -31,7 +31,7 @@ class NaiveCommunicator(CommunicatorBase):
                 host = numpy.array(_mpi.to_host(g)[0], dtype=dtype, order='C')
             if rec:
                 t = rec.stop('pack', t, host.nbytes)
-            _mpi.allreduce_buffer(self.mpi_comm, host, MPI.SUM)
+            _mpi.allreduce_buffer(self._wire, host, MPI.SUM)
             if rec:
                 t = rec.stop('allreduce', t, host.nbytes)
             host /= self.size

@@ -1,12 +1,69 @@
-"""create_multi_node_optimizer: make any optimizer data-parallel."""
+"""create_multi_node_optimizer: make any optimizer data-parallel; join:
+finish shards of different lengths."""
+import contextlib
 import copy
+import math
 
 import numpy
 
 from minichain import backend
 from minichain.dist import timeline
+from minichain.dist.agreement import format_ranks
 
-_OWN = ('actual_optimizer', 'communicator', 'zero_fill', 'needs_broadcast')
+_OWN = ('actual_optimizer', 'communicator', 'zero_fill', 'needs_broadcast',
+        'nan_check', '_active')
+_MAX_NAMES = 3
+
+
+class NonFiniteGradientError(FloatingPointError):
+    """The averaged gradient holds inf or NaN: the update was skipped on
+    every rank, and this error raised on every rank.
+
+    Attributes:
+        update: the number of the skipped update (``optimizer.t + 1``).
+        ranks: the ranks whose own gradient was not finite (empty when
+            only the sum overflowed).
+        params: ``{rank: [parameter paths]}`` of those gradients.
+    """
+
+    def __init__(self, update, params):
+        self.update = update
+        self.params = {r: names for r, names in enumerate(params) if names}
+        self.ranks = sorted(self.params)
+        if self.ranks:
+            where = '; '.join('{}: {}{}'.format(
+                format_ranks([r]), ', '.join(names[:_MAX_NAMES]),
+                ' and {} more'.format(len(names) - _MAX_NAMES)
+                if len(names) > _MAX_NAMES else '')
+                for r, names in self.params.items())
+            cause = 'the local gradient was not finite on {} ({})'.format(
+                format_ranks(self.ranks), where)
+        else:
+            cause = ('every local gradient was finite: their sum overflowed '
+                     '(lower the learning rate or scale the loss)')
+        super().__init__(
+            'multi-node optimizer: update {}: the averaged gradient holds inf '
+            'or NaN, so the update was skipped on every rank; {}'.format(
+                update, cause))
+
+
+def all_finite(arrays):
+    """Whether every element of ``arrays`` (one device) is finite.
+
+    A sum is finite iff every term is (short of an overflow, confirmed
+    elementwise), so the good path costs one reduction per array and, on
+    the GPU, one read of one value."""
+    if not arrays:
+        return True
+    xp = backend.get_array_module(arrays[0])
+
+    def total(a):
+        return a.sum(dtype=numpy.float32 if a.dtype.itemsize < 4 else None)
+    if xp is numpy:
+        fast = math.isfinite(sum(float(total(a)) for a in arrays))
+    else:
+        fast = bool(xp.isfinite(xp.stack([total(a) for a in arrays]).sum()))
+    return fast or all(bool(xp.isfinite(a).all()) for a in arrays)
 
 
 class _MultiNodeOptimizer:
@@ -16,12 +73,15 @@ class _MultiNodeOptimizer:
     ``serialize``...) reads and writes the wrapped optimizer.
     """
 
-    def __init__(self, actual_optimizer, communicator, zero_fill=True):
+    def __init__(self, actual_optimizer, communicator, zero_fill=True,
+                 nan_check=True):
         d = self.__dict__
         d['actual_optimizer'] = actual_optimizer
         d['communicator'] = communicator
         d['zero_fill'] = zero_fill
         d['needs_broadcast'] = True
+        d['nan_check'] = nan_check
+        d['_active'] = None  # inside join: whether this rank has data
 
     def setup(self, link):
         """Set up the wrapped optimizer on ``link``; the next update
@@ -46,8 +106,38 @@ class _MultiNodeOptimizer:
             self.communicator.bcast_data(target)
             self.needs_broadcast = False
             return
-        self.communicator.multi_node_mean_grad(target, self.zero_fill)
-        self._step(target, args, kwds)
+        self._average_and_step(target, args, kwds)
+
+    def _average_and_step(self, target, args=(), kwds=None):
+        """Average the gradients and step; False once no rank has data
+        (inside join)."""
+        local = ([(n, p.grad) for n, p in target.namedparams()]
+                 if self.nan_check else None)
+        comm = self.communicator
+        if self._active is None:  # the public call, which users may wrap
+            comm.multi_node_mean_grad(target, self.zero_fill)
+            n_active = None
+        else:
+            n_active = comm._mean_grad(target, self.zero_fill,
+                                       self.actual_optimizer.t, self._active)
+        if n_active == 0:
+            return False
+        if n_active is not None and n_active < comm.size:  # mean over data
+            for p in target.params():
+                if p.grad is not None:
+                    p.grad = p.grad * (comm.size / n_active)
+        if self.nan_check:
+            self._check_finite(target, local)
+        self._step(target, args, kwds or {})
+        return True
+
+    def _check_finite(self, target, local):
+        grads = [p.grad for p in target.params() if p.grad is not None]
+        if all_finite(grads):
+            return
+        mine = [n for n, g in local if g is not None and not all_finite([g])]
+        raise NonFiniteGradientError(self.actual_optimizer.t + 1,
+                                     self.communicator.allgather_obj(mine))
 
     def _forward_backward(self, target, lossfun, args, kwds):
         target.cleargrads()
@@ -98,7 +188,8 @@ class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
     stream on the GPU, never on the host.
     """
 
-    def __init__(self, actual_optimizer, communicator, zero_fill=True):
+    def __init__(self, actual_optimizer, communicator, zero_fill=True,
+                 nan_check=True):
         from minichain.dist.pure_nccl import PureNcclCommunicator
         if not isinstance(communicator, PureNcclCommunicator):
             raise ValueError('create_multi_node_optimizer: double_buffering '
@@ -106,7 +197,7 @@ class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
                              'communicator, got {}'.format(
                                  type(communicator).__name__))
         backend.check_cuda_available()
-        super().__init__(actual_optimizer, communicator, zero_fill)
+        super().__init__(actual_optimizer, communicator, zero_fill, nan_check)
         d = self.__dict__
         d['_shadow'] = None        # holds the gradients being reduced
         d['_stream'] = None
@@ -157,14 +248,16 @@ class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
 
 
 def create_multi_node_optimizer(actual_optimizer, communicator,
-                                double_buffering=False, zero_fill=True):
+                                double_buffering=False, zero_fill=True,
+                                nan_check=True):
     """Wrap ``actual_optimizer`` for synchronous data-parallel training.
 
     The contract, on every rank:
 
     * every rank builds the same model (same parameter paths, shapes and
       dtypes: checked before each allreduce, a mismatch raises on every
-      rank) and calls ``update`` the same number of times;
+      rank) and calls ``update`` the same number of times (for shards of
+      different lengths see :func:`join`);
     * the first ``update`` after ``setup`` broadcasts rank 0's parameters
       and persistents and does not step; every later one replaces each
       gradient by its mean over ranks (parameters in sorted-path order),
@@ -172,7 +265,14 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
       per-rank mean loss over equal local batches this equals one process
       on the whole batch; a summed loss is scaled by ``1 / size``;
     * batch-norm statistics stay per rank unless the model uses
-      ``MultiNodeBatchNormalization`` (see ``create_mnbn_model``).
+      ``MultiNodeBatchNormalization`` (see ``create_mnbn_model``);
+    * with ``nan_check`` a non-finite averaged gradient skips the update
+      and raises :class:`NonFiniteGradientError` on every rank, naming the
+      ranks whose own gradient was not finite. No message is added: a
+      non-finite value on any rank is non-finite in the sum on every rank,
+      so each rank checks its averaged gradient (one reduction per
+      parameter; on the GPU one read of one value, which waits for the
+      step's kernels), and only on that error path do the ranks compare.
 
     Example::
 
@@ -190,10 +290,61 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
             with the next iteration, applying one-step-stale gradients.
         zero_fill: a gradient that is None on some ranks only is averaged
             as zeros there (else that case raises on every rank).
+        nan_check: check the averaged gradient for inf/NaN before each
+            step (see above; not with ``double_buffering``).
     Returns:
         The wrapper; everything it does not define is the wrapped
         optimizer's (``opt.lr``, ``opt.t``, ``opt.serialize``...).
     """
     cls = _DoubleBufferingOptimizer if double_buffering else \
         _MultiNodeOptimizer
-    return cls(actual_optimizer, communicator, zero_fill)
+    return cls(actual_optimizer, communicator, zero_fill, nan_check)
+
+
+@contextlib.contextmanager
+def join(optimizer):
+    """Let ranks whose shards differ in length finish an epoch together.
+
+    Synchronous training needs every rank to call ``update`` equally often;
+    with shards of different lengths (``scatter_dataset(...,
+    force_equal_length=False)``, or data read per rank) the rank that runs
+    out first would leave the others waiting. Inside ``join`` (DDP's
+    ``Join`` is the model), a rank that leaves the block keeps taking part
+    in the others' updates, contributing no gradient, until every rank has
+    left; each update's gradient is then the mean over the ranks that still
+    had data, and every rank applies it, so the models stay equal::
+
+        with dist.join(opt):
+            for x, t in my_batches:       # as many as this rank has
+                opt.update(lossfun, x, t)
+
+    Collective: every rank enters and leaves. Each update inside costs one
+    count of the ranks with data once some rank has run out (none before).
+    Other collectives in the loop body are not shadowed, so a model with
+    ``MultiNodeBatchNormalization`` cannot join (the ranks then raise a
+    CollectiveMismatchError). On an exception inside the block the rank
+    does not shadow (the job ends as for any error).
+
+    Args:
+        optimizer: a multi-node optimizer (``create_multi_node_optimizer``,
+            without double buffering).
+    Yields:
+        the optimizer.
+    """
+    if not isinstance(optimizer, _MultiNodeOptimizer) or isinstance(
+            optimizer, _DoubleBufferingOptimizer):
+        raise TypeError('join: expected a multi-node optimizer without double '
+                        'buffering, got {}'.format(type(optimizer).__name__))
+    if optimizer.needs_broadcast:  # every rank is here: broadcast now
+        optimizer.update()
+    optimizer._active = True
+    try:
+        yield optimizer
+        optimizer._active = False
+        target = optimizer.actual_optimizer.target
+        while True:
+            target.cleargrads()
+            if not optimizer._average_and_step(target):
+                break
+    finally:
+        optimizer._active = None

@@ -204,8 +204,7 @@ class PureNcclCommunicator(FlatCommunicator):
         The gradients become views of the buffer named ``tag``; they are
         valid once ``stream`` has finished. No inf/NaN check is made.
         """
-        entries = safety.plan_grads(self.mpi_comm, model.namedparams(),
-                                    zero_fill, self._layout_extra(model))
+        entries = self._plan_grads(model, zero_fill)
         if entries:
             self._mean_grads(model, entries, stream, tag, check=False)
 

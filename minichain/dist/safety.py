@@ -1,13 +1,17 @@
 """Safety that keeps a data-parallel job from hanging or silently diverging.
 
-Two guards, both on by default:
+Three guards, all on by default (the stall watchdog, the fourth, lives in
+:mod:`minichain.dist.watchdog`):
 
+* **The header** of every collective (:mod:`minichain.dist.agreement`):
+  ranks that called different collectives, or passed different arguments,
+  all raise the same error instead of hanging.
 * **Same-model check.** Before every gradient allreduce and every
-  ``bcast_data``, the ranks compare a hash of their parameter layout (names,
-  shapes, dtypes in path order) in one tiny allreduce. On a mismatch every
-  rank gathers the layouts and raises the same :class:`ModelMismatchError`
-  with a table of the differing parameters by rank, instead of entering a
-  collective with a different buffer size (which hangs or corrupts).
+  ``bcast_data``, the header compares a hash of the parameter layout
+  (names, shapes, dtypes in path order). On a mismatch every rank gathers
+  the layouts and raises the same :class:`ModelMismatchError` with a table
+  of the differing parameters by rank, instead of entering a collective
+  with a different buffer size (which hangs or corrupts).
 * **Abort on an uncaught exception.** Creating a communicator installs a
   ``sys.excepthook`` that prints the traceback prefixed with the rank and
   calls ``MPI.COMM_WORLD.Abort(1)``, so an error on one rank ends the whole
@@ -15,14 +19,16 @@ Two guards, both on by default:
   off with the environment variable ``MINICHAIN_NO_ABORT=1`` or by calling
   ``set_abort_on_exception(False)``.
 """
-import hashlib
 import os
 import sys
 import traceback
 
 import numpy
 
-from minichain.dist import _mpi
+from minichain.dist import _mpi, watchdog
+from minichain.dist.agreement import (  # noqa: F401 - also public here
+    CollectiveMismatchError, Failure, attempt, by_rank, format_ranks, header,
+    layout_hash)
 
 ENV_NO_ABORT = 'MINICHAIN_NO_ABORT'
 _MAX_ROWS = 30
@@ -64,6 +70,7 @@ def install_abort_hook():
 
 def _abort_hook(exc_type, exc, tb):
     previous = _state['previous'] or sys.__excepthook__
+    watchdog.note_uncaught(exc_type)
     if not abort_on_exception_enabled():
         return previous(exc_type, exc, tb)
     MPI = _mpi.import_mpi()
@@ -79,9 +86,8 @@ def _abort_hook(exc_type, exc, tb):
         sys.stdout.flush()
         sys.stderr.write(''.join(prefix + line
                                  for line in text.splitlines(True)))
-        sys.stderr.flush()
     finally:
-        MPI.COMM_WORLD.Abort(1)
+        watchdog.abort(1)
 
 
 # -- same-model check ---------------------------------------------------------
@@ -111,31 +117,30 @@ def persistent_layout(named_persistents):
     return out
 
 
-def layout_hash(layout):
-    """A 62-bit hash of a layout, equal on every process (never ``hash()``,
-    which Python randomizes per process for strings)."""
-    digest = hashlib.blake2b(repr(layout).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, 'little') & ((1 << 62) - 1)
-
-
-def agree(mpi_comm, layout, where, count=0):
-    """Check that every rank holds the same layout; return max of ``count``.
-
-    One MAX allreduce of ``[hash, -hash, count]``: the hashes agree when
-    ``max(hash) == min(hash)``. ``count`` rides along for free (callers use
-    it to learn whether any rank lacks a gradient).
+def agree(wire, layout, where, count=0, step=None, maxes=()):
+    """Inside a collective of ``wire``: its header, agreeing on ``layout``
+    (and the training ``step``, when given). Returns the max over ranks of
+    ``count`` followed by ``maxes``.
 
     Raises:
         ModelMismatchError: on every rank, with a table of the differences.
+        CollectiveMismatchError: the ranks are at different steps.
     """
-    MPI = _mpi.import_mpi()
-    h = layout_hash(layout)
-    v = numpy.array([h, -h, count], dtype=numpy.int64)
-    mpi_comm.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
-    if v[0] != -v[1]:
-        raise ModelMismatchError(
-            mismatch_message(where, mpi_comm.allgather(layout)))
-    return int(v[2])
+    def error(values):
+        steps = [s for _, s in values]
+        if len(set(steps)) > 1:
+            return CollectiveMismatchError(
+                '{}: the ranks are at different training steps: {} (a rank '
+                'skipped an update, e.g. an exception caught and ignored, or '
+                'ran out of data: every rank must call update the same '
+                'number of times; see minichain.dist.join for shards of '
+                'different lengths)'.format(where, by_rank(
+                    steps, lambda s: 'update {}'.format(s + 1))))
+        return ModelMismatchError(mismatch_message(
+            where, [layout for layout, _ in values]))
+    combined, _ = header(wire, (layout, step), error, maxes=(count,) + tuple(
+        maxes))
+    return combined
 
 
 def check_same_model(comm, model):
@@ -146,8 +151,9 @@ def check_same_model(comm, model):
         comm: a minichain.dist communicator.
         model: a Link.
     """
-    agree(comm.mpi_comm, param_layout(model.namedparams()),
-          'check_same_model')
+    with comm._wire.collective('check_same_model'):
+        agree(comm._wire, param_layout(model.namedparams()),
+              'check_same_model')
 
 
 def _describe(entry):
@@ -161,19 +167,6 @@ def _describe(entry):
     if shape == 'tag':
         return dtype
     return '{} {}'.format(tuple(shape), numpy.dtype(dtype).name)
-
-
-def format_ranks(ranks):
-    """``[0, 2, 3, 4]`` -> ``'ranks 0, 2-4'``."""
-    parts, start = [], None
-    for i, r in enumerate(ranks):
-        if start is None:
-            start = r
-        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
-            parts.append(str(start) if start == r else
-                         '{}-{}'.format(start, r))
-            start = None
-    return ('rank ' if len(ranks) == 1 else 'ranks ') + ', '.join(parts)
 
 
 def mismatch_message(where, layouts):
@@ -206,35 +199,53 @@ def mismatch_message(where, layouts):
                 where, len(rows), len(names), '\n'.join(lines)))
 
 
-def plan_grads(mpi_comm, named_params, zero_fill, extra=()):
+def plan_grads(wire, named_params, zero_fill, extra=(), step=None,
+               active=None):
     """Check the layout and the missing gradients; return what to allreduce.
 
-    ``extra`` entries ``(label, 'tag', text)`` join the compared layout (a
-    communicator adds e.g. where its arrays live).
+    Called inside a collective of ``wire`` (its header). ``extra`` entries
+    ``(label, 'tag', text)`` join the compared layout (a communicator adds
+    e.g. where its arrays live); ``step`` (the optimizer's update count)
+    must be equal too. ``active`` (True or False, inside
+    :func:`minichain.dist.join`) says whether this rank still has data; a
+    rank that has not contributes zeros.
 
-    Returns ``[(path, param, grad_or_None)]``: initialized parameters whose
-    gradient exists on at least one rank (a gradient missing on every rank
-    stays missing). A None entry means "contribute zeros" (``zero_fill``).
+    Returns ``(entries, n_active)``: ``entries`` = ``[(path, param,
+    grad_or_None)]`` for the initialized parameters whose gradient exists on
+    at least one rank (a gradient missing on every rank stays missing; None
+    means "contribute zeros"); ``n_active`` the number of ranks with data
+    (the size outside ``join``; 0, with no entries, once every rank ran out).
 
     Raises:
         ModelMismatchError: the layouts differ (on every rank).
+        CollectiveMismatchError: the ranks are at different steps.
         ValueError: without ``zero_fill``, some gradient exists on some
             ranks only (on every rank, naming the parameters and ranks).
     """
     named_params = list(named_params)
     entries = [(n, p) for n, p in named_params if p.array is not None]
     missing = numpy.array([p.grad is None for _, p in entries], dtype=bool)
-    if not agree(mpi_comm, param_layout(named_params) + list(extra),
-                 'multi_node_mean_grad', int(missing.sum())):
-        return [(n, p, p.grad) for n, p in entries]
+    flags = () if active is None else (int(not active), int(bool(active)))
+    n_missing, *joined = agree(wire, param_layout(named_params) + list(extra),
+                               'multi_node_mean_grad', int(missing.sum()),
+                               step, flags)
     MPI = _mpi.import_mpi()
+    n_active = wire.size
+    if joined and joined[0]:  # some rank ran out of data: count the others
+        if not joined[1]:
+            return [], 0
+        count = numpy.array([int(bool(active))], numpy.int64)
+        wire.Allreduce(MPI.IN_PLACE, count, op=MPI.SUM)
+        n_active, zero_fill = int(count[0]), True
+    if not n_missing:
+        return [(n, p, p.grad) for n, p in entries], n_active
     v = numpy.concatenate([missing, ~missing]).astype(numpy.int64)
-    mpi_comm.Allreduce(MPI.IN_PLACE, v, op=MPI.MIN)
+    wire.Allreduce(MPI.IN_PLACE, v, op=MPI.MIN)
     everywhere = v[:len(entries)] > 0
     nowhere = v[len(entries):] > 0
     partial = ~everywhere & ~nowhere
     if partial.any() and not zero_fill:
-        ranks_missing = mpi_comm.allgather(numpy.flatnonzero(missing))
+        ranks_missing = wire.allgather_obj(numpy.flatnonzero(missing))
         lines = []
         for i in numpy.flatnonzero(partial):
             ranks = [r for r, m in enumerate(ranks_missing) if i in m]
@@ -244,4 +255,5 @@ def plan_grads(mpi_comm, named_params, zero_fill, extra=()):
             'multi_node_mean_grad: some gradients are None on some ranks only '
             '(a branch of the model was not used there); pass zero_fill=True '
             'to average them as zeros:\n' + '\n'.join(lines))
-    return [(n, p, p.grad) for (n, p), e in zip(entries, everywhere) if not e]
+    return [(n, p, p.grad) for (n, p), e in zip(entries, everywhere)
+            if not e], n_active

@@ -1,4 +1,7 @@
 """Losses: softmax_cross_entropy and mean_squared_error."""
+import contextlib
+import math
+
 import numpy
 
 from minichain import backend
@@ -9,6 +12,37 @@ from minichain.functions import array as _array
 from minichain.functions._check import check_float, check_same_dtype, unwrap
 
 __all__ = ['softmax_cross_entropy', 'mean_squared_error']
+
+
+def _shifted(x):
+    """``x - max(x)`` along axis 1, where a row whose max is infinite takes
+    its limit: with ``+inf`` logits, those share the probability (0 there,
+    ``-inf`` elsewhere); with every logit ``-inf``, all are equal (0).
+    ``x - max`` would be NaN there (``inf - inf``). Also the mask of the
+    rows that are finite."""
+    xp = backend.get_array_module(x)
+    m = x.max(axis=1, keepdims=True)
+    infinite = xp.isinf(m)
+    limit = xp.where(x == m, 0, -math.inf).astype(x.dtype, copy=False)
+    quiet = getattr(xp, 'errstate', None)  # inf - inf: replaced by limit
+    with quiet(invalid='ignore') if quiet else contextlib.nullcontext():
+        return xp.where(infinite, limit, x - m), ~infinite
+
+
+class ShiftedLogits(FunctionNode):
+    """``x -> x - max(x)`` along axis 1, with the limits of :func:`_shifted`
+    for rows holding infinities. The max counts as a constant: softmax does
+    not depend on a shift, so its gradient is unchanged; rows with infinite
+    logits get no gradient (their limit does not move with x)."""
+
+    def forward(self, inputs):
+        z, finite = _shifted(inputs[0])
+        self.finite = finite
+        return z,
+
+    def backward(self, indexes, grad_outputs):
+        gz, = grad_outputs
+        return gz * self.finite.astype(gz.dtype),
 
 
 class SoftmaxCrossEntropy(FunctionNode):
@@ -24,12 +58,12 @@ class SoftmaxCrossEntropy(FunctionNode):
         self.retain_inputs((0, 1))
         x, t = inputs
         xp = backend.get_array_module(x)
-        z = x - x.max(axis=1, keepdims=True)
+        z, _ = _shifted(x)
         log_y = z - xp.log(xp.exp(z).sum(axis=1, keepdims=True))
         valid = t != self.ignore_label
         t_safe = xp.where(valid, t, 0)
         picked = xp.take_along_axis(log_y, xp.expand_dims(t_safe, 1), axis=1)
-        loss = -picked.squeeze(1) * valid
+        loss = xp.where(valid, -picked.squeeze(1), 0)
         if self.reduce == 'no':
             return loss.astype(x.dtype, copy=False),
         return xp.asarray(loss.sum() * self._coeff(valid), dtype=x.dtype),
@@ -57,7 +91,8 @@ class SoftmaxCrossEntropy(FunctionNode):
             gy = _array.expand_dims(gy, 1)
         else:
             weight = weight * self._coeff(valid).astype(x.dtype)
-        diff = _activation.softmax(x, axis=1) - onehot.astype(x.dtype)
+        diff = _activation.softmax(ShiftedLogits().apply((x,))[0], axis=1) \
+            - onehot.astype(x.dtype)
         gx = diff * weight * gy
         return tuple(gx if i == 0 else None for i in indexes)
 
@@ -68,6 +103,13 @@ def softmax_cross_entropy(x, t, ignore_label=-1, reduce='mean'):
     ``loss_n = -log(softmax(x)[n, t_n])`` for each sample (and each spatial
     position when ``x`` has more than two axes); labels equal to
     ``ignore_label`` contribute nothing.
+
+    Infinite logits give the limits: with ``+inf`` logits in a row, those
+    classes share the probability equally (``[inf, 0, 0]`` with label 0
+    costs 0, with label 1 ``inf``; ``[inf, inf, 0]`` with label 0 costs
+    ``log 2``), and a row of ``-inf`` logits is uniform (cost ``log C``);
+    the gradient of such a row is ``softmax - onehot`` at the limit, finite.
+    NaN logits give NaN.
 
     Args:
         x: float logits of shape (N, C) or (N, C, d1, d2, ...).

@@ -7,7 +7,7 @@ import pytest
 
 from minichain.datasets import fashion_mnist, get_fashion_mnist, read_idx
 
-_TYPE = {numpy.dtype('uint8'): 0x08, numpy.dtype('int32'): 0x0C,
+_TYPE = {numpy.dtype('uint8'): 0x08, numpy.dtype('int8'): 0x09, numpy.dtype('int32'): 0x0C,
          numpy.dtype('float32'): 0x0D}
 
 
@@ -159,3 +159,17 @@ def test_read_idx_types(tmp_path, dtype):
     out = read_idx(path)
     assert out.dtype == dtype and out.dtype.isnative
     numpy.testing.assert_array_equal(out, a)
+
+
+def test_labels_outside_the_classes_are_refused_at_load(tmp_path):
+    folder = str(tmp_path / 'set')
+    make_set(folder, gz=False)
+    labels = numpy.array([0, 1, 200, 3, 4, 5], numpy.uint8)
+    write_idx(os.path.join(folder, 'train-labels-idx1-ubyte'), labels)
+    with pytest.raises(ValueError, match=r'train-labels-idx1-ubyte holds '
+                       r'label 200 at index 2 .*0 to 9'):
+        get_fashion_mnist(data_dir=folder)
+    signed = numpy.array([0, 1, 2, -1, 4, 5], numpy.int8)  # not an ignore
+    write_idx(os.path.join(folder, 'train-labels-idx1-ubyte'), signed)
+    with pytest.raises(ValueError, match='label -1 at index 3'):
+        get_fashion_mnist(data_dir=folder)

@@ -115,3 +115,42 @@ def test_missing_pillow_gives_clear_import_error(monkeypatch):
     monkeypatch.setitem(sys.modules, 'PIL', None)
     with pytest.raises(ImportError, match=r'minichain\[image\]'):
         LabeledImageDataset([])
+
+
+def _bomb(path, side=40000):
+    """A PNG header claiming side x side pixels (Pillow refuses it before
+    decoding: more than twice MAX_IMAGE_PIXELS) in a few bytes."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return (struct.pack('>I', len(data)) + kind + data
+                + struct.pack('>I', zlib.crc32(kind + data)))
+    ihdr = struct.pack('>IIBBBBB', side, side, 8, 0, 0, 0, 0)
+    path.write_bytes(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', ihdr)
+                     + chunk(b'IDAT', zlib.compress(b'\0' * 64))
+                     + chunk(b'IEND', b''))
+
+
+def test_decompression_bomb_is_unreadable(tmp_path):
+    _bomb(tmp_path / 'bomb.png')
+    gray = numpy.zeros((4, 4), numpy.uint8)
+    _save(str(tmp_path / 'ok.png'), gray, 'L')
+    pairs = [('bomb.png', 0), ('ok.png', 1)]
+    with pytest.raises(ValueError, match='cannot decode image .*bomb.png'):
+        LabeledImageDataset(pairs, root=str(tmp_path))[0]
+    ds = LabeledImageDataset(pairs, root=str(tmp_path), on_error='skip')
+    with pytest.warns(UserWarning, match='bomb.png.*skipped'):
+        assert ds[0] is None
+    assert ds[1][0].shape == (1, 4, 4) and ds.n_skipped == 1
+
+
+def test_negative_labels_are_refused_unless_ignored(tmp_path):
+    listing = tmp_path / 'list.txt'
+    listing.write_text('a.png 0\nb.png -1\n')
+    with pytest.raises(ValueError, match=r'b.png in .*list.txt has the '
+                       r'negative label -1.*ignore_label=-1'):
+        LabeledImageDataset(str(listing), root=str(tmp_path))
+    ds = LabeledImageDataset(str(listing), root=str(tmp_path),
+                             ignore_label=-1)
+    assert [t for _, t in ds.pairs] == [0, -1]

@@ -54,7 +54,7 @@ def _evaluator_worker():
                                                    len(shard[0])), flush=True)
 
 
-def _snapshot_trainer(comm, out):
+def _snapshot_trainer(comm, out, savefun=None):
     import minichain
     from minichain import dist, initializers, optimizers, training
     from minichain import functions as F
@@ -86,17 +86,33 @@ def _snapshot_trainer(comm, out):
     trainer = training.Trainer(training.StandardUpdater(it, opt),
                                (6, 'iteration'), out=out)
     snap = dist.multi_node_snapshot(comm, extensions.snapshot(
-        filename='snap_{.updater.iteration}'))
+        filename='snap_{.updater.iteration}', savefun=savefun))
     trainer.extend(snap, trigger=(3, 'iteration'))
     if comm.rank == 0:  # an extension only the root has
         trainer.extend(extensions.LogReport(trigger=(1, 'iteration')))
     return trainer, snap, model
 
 
+def _full_disk(path, obj):
+    """Writes the first snapshot, then finds the disk full."""
+    import errno
+    from minichain import serializers
+    if os.path.exists(os.path.join(os.path.dirname(path), 'snap_3')):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+    serializers.save_npz(path, obj)
+
+
 def _snapshot_worker(mode, out):
     from minichain import dist, serializers
     comm = dist.create_communicator('flat')
-    trainer, snap, model = _snapshot_trainer(comm, out)
+    trainer, snap, model = _snapshot_trainer(
+        comm, out, _full_disk if mode == 'full' else None)
+    if mode == 'full':
+        try:
+            trainer.run()
+        except OSError as e:
+            print('rank {} stopped: {}'.format(comm.rank, e), flush=True)
+        return
     final = os.path.join(out, 'final_rank{}.npz'.format(comm.rank))
     if mode == 'save':
         trainer.run()
@@ -159,6 +175,17 @@ def test_multi_node_snapshot_resumes_and_refuses_other_sizes(tmp_path):
         assert out.count('refused') == n, out
         assert 'written by a run with 2 processes, but this run has {}' \
             .format(n) in out, out
+
+
+@pytest.mark.mpi
+def test_a_snapshot_root_cannot_write_stops_every_rank(tmp_path):
+    rc, out = _run(2, 'full', tmp_path)
+    assert rc == 0, out
+    for rank in (0, 1):
+        assert ('rank {} stopped: multi_node_snapshot: rank 0 could not write '
+                'the snapshot of iteration 6: [Errno 28] No space left'
+                .format(rank)) in out, out
+    assert sorted(os.listdir(str(tmp_path))) == ['log', 'snap_3']  # no temp
 
 
 if __name__ == '__main__':

@@ -34,10 +34,23 @@ def test_exception_on_one_rank_aborts_the_job_within_seconds():
 
 @pytest.mark.mpi
 def test_abort_hook_can_be_turned_off():
-    # Without the hook the survivor waits forever in its collective: the
-    # very hang the hook prevents (cut short by the timeout here).
+    # Without the hook (and without the watchdog) the survivor waits forever
+    # in its collective: the very hang they prevent (cut short here).
     require_mpi()
-    res = run_mpi(2, 'crash.py', timeout=8, env={'MINICHAIN_NO_ABORT': '1'})
+    res = run_mpi(2, 'crash.py', timeout=8, env={
+        'MINICHAIN_NO_ABORT': '1', 'MINICHAIN_STALL_TIMEOUT': '0'})
     assert res.timed_out, res.output
     assert 'RuntimeError: boom on rank 1' in res.output, res.output
     assert '[rank 1]' not in res.output
+
+
+@pytest.mark.mpi
+def test_without_the_hook_the_watchdog_sees_the_rank_leave():
+    require_mpi()
+    res = run_mpi(2, 'crash.py', timeout=60, env={
+        'MINICHAIN_NO_ABORT': '1', 'MINICHAIN_STALL_TIMEOUT': '60'})
+    assert not res.timed_out and res.returncode != 0, res.output
+    assert res.elapsed < 40, res.elapsed  # seconds, not the stall timeout
+    assert 'RuntimeError: boom on rank 1' in res.output, res.output
+    assert ('rank 1: left (an uncaught RuntimeError) before any collective'
+            in res.output), res.output

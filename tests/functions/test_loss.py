@@ -204,3 +204,54 @@ def test_gpu_matches_cpu(reduce):
     with using_config('debug', True):
         with pytest.raises(ValueError, match='label 5'):
             F.softmax_cross_entropy(xg, tg)
+
+
+
+INF = numpy.inf
+FINITE_ROW = [0.5, 1.0, -1.0]
+
+
+@pytest.mark.parametrize('row, label, loss, grad', [
+    ([INF, 0, 0], 0, 0.0, [0, 0, 0]),                 # the limit: certain
+    ([INF, 0, 0], 1, INF, [1, -1, 0]),                # certainly wrong
+    ([INF, INF, 0], 0, numpy.log(2), [-0.5, 0.5, 0]),  # shared
+    ([-INF, -INF, -INF], 1, numpy.log(3), [1 / 3, -2 / 3, 1 / 3]),  # uniform
+    ([-INF, 0, 0], 1, numpy.log(2), [0, -0.5, 0.5]),
+])
+def test_sce_infinite_logits_give_the_limits(row, label, loss, grad):
+    x = Variable(numpy.array([row, FINITE_ROW]))
+    y = F.softmax_cross_entropy(x, numpy.array([label, 2]), reduce='no')
+    assert y.array[0] == (pytest.approx(loss) if numpy.isfinite(loss)
+                          else loss)
+    y.grad = numpy.ones(2)
+    y.backward()
+    numpy.testing.assert_allclose(x.grad[0], grad, atol=1e-12)
+    alone = Variable(numpy.array([FINITE_ROW]))
+    y_alone = F.softmax_cross_entropy(alone, numpy.array([2]), reduce='no')
+    y_alone.grad = numpy.ones(1)
+    y_alone.backward()  # the finite row is untouched by its neighbour
+    assert y.array[1] == y_alone.array[0]
+    numpy.testing.assert_array_equal(x.grad[1], alone.grad[0])
+    mean = F.softmax_cross_entropy(numpy.array([row, FINITE_ROW]),
+                                   numpy.array([label, 2]))
+    assert mean.array == pytest.approx((loss + y_alone.array[0]) / 2)
+
+
+def test_sce_ignored_rows_and_nan():
+    x = numpy.array([[-INF, -INF, 0.0], [0.0, 1.0, 2.0]])
+    y = F.softmax_cross_entropy(x, numpy.array([-1, 0]))
+    assert numpy.isfinite(y.array)  # -inf at an ignored label: no NaN
+    nan = F.softmax_cross_entropy(numpy.array([[numpy.nan, 0.0]]),
+                                  numpy.array([1]))
+    assert numpy.isnan(nan.array)  # NaN stays NaN
+
+
+def test_sce_double_backward_with_an_infinite_row():
+    v = Variable(numpy.array([[INF, 0.0, 1.0], [0.3, -0.2, 0.1]]))
+    F.softmax_cross_entropy(v, numpy.array([1, 0])).backward(
+        enable_double_backprop=True)
+    gx = v.grad_var
+    v.cleargrad()
+    F.sum(gx * gx).backward()
+    assert numpy.isfinite(v.grad).all()
+    assert (v.grad[0] == 0).all()  # the limit does not move with x

@@ -221,7 +221,8 @@ def test_signal_to_launcher_then_resume_equals_uninterrupted(
     last, path = max(snapshots(b).items())
     assert 3 <= last < 24, sorted(snapshots(b))  # it was interrupted
 
-    rc, out, err = run(2, SYNTHETIC + ['--out', b, '--resume', path])
+    rc, out, err = run(2, SYNTHETIC + ['--out', b, '--resume', path,
+                                       '--keep', '10'])
     assert rc == 0, out + err
     assert_same_model(uninterrupted[0] / 'snapshot_iter_24',
                       b / 'snapshot_iter_24', at_least=50)
@@ -277,6 +278,8 @@ BAD = {
                          'cannot read snapshot'),
     'corrupt snapshot': (['--data', 'synthetic', '--resume', '{tmp}/junk'],
                          'cannot read snapshot'),
+    'lr inf': (['--lr', 'inf'], '--lr must be > 0, got inf'),
+    'seed -1': (['--seed', '-1'], '--seed must be in [0, 4294967296)'),
 }
 
 
@@ -294,3 +297,4 @@ def test_bad_input_is_one_line_and_nonzero_exit(tmp_path, case):
     lines = err.strip().split('\n')
     assert len(lines) == 1 and lines[0].startswith('train_resnet50.py: error:')
     assert message in lines[0], lines
+    assert not (tmp_path / 'out').exists()  # nothing was written

@@ -5,8 +5,9 @@ import os
 
 from minichain.training import extension
 from minichain.training.extensions import _snapshot_files
+from minichain.training.extensions._snapshot_files import stale_temporaries
 
-__all__ = ['Snapshot', 'snapshot', 'snapshot_object']
+__all__ = ['Snapshot', 'snapshot', 'snapshot_object', 'stale_temporaries']
 
 
 def _default_savefun(path, obj):
@@ -21,6 +22,10 @@ class Snapshot(extension.Extension):
     is the iteration). The file is written under a temporary name in the
     same folder and renamed over the destination (``os.replace``), so an
     interrupted save never leaves a truncated snapshot.
+
+    With ``n_retains``, each save then deletes the older files of this
+    pattern in the folder (by modification time) so that ``n_retains`` are
+    left, the one just written always among them.
 
     Args:
         target: the object to save (None: the trainer).

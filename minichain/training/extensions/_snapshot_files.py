@@ -13,7 +13,13 @@ import os
 import re
 import string
 
-__all__ = ['check_pattern', 'matching', 'newest', 'remove_stale']
+__all__ = ['check_pattern', 'matching', 'newest', 'remove_stale',
+           'stale_temporaries']
+
+# What a write interrupted by a signal or a kill leaves: ``.NAME.PID.tmp``
+# (Snapshot) and ``.NAME.PID.HEX.tmp`` (serializers.atomic_write), nested
+# when one writes through the other.
+_TEMPORARY = re.compile(r'^\.(?P<name>.+)\.(?P<pid>\d+)(\.[0-9a-f]{8})?\.tmp$')
 
 
 def check_pattern(where, pattern):
@@ -81,3 +87,38 @@ def remove_stale(out, pattern, n_retains, keep):
         except FileNotFoundError:  # removed meanwhile: stale all the same
             pass
     return stale
+
+
+def stale_temporaries(folder, names):
+    """The temporary files that interrupted snapshot or ``atomic_write``
+    writes left in ``folder`` for files whose name matches one of the
+    ``names`` patterns (``'snapshot_iter_{.updater.iteration}'``, ``'log'``),
+    written by processes that no longer run on this machine. Only files
+    named as these writers name them are listed (paths, sorted)."""
+    patterns = [_regex(n) for n in names]
+    if not os.path.isdir(folder):
+        return []
+    out = []
+    for entry in os.scandir(folder):
+        name, pids = entry.name, []
+        match = _TEMPORARY.match(name)
+        while match:
+            pids.append(int(match.group('pid')))
+            name = match.group('name')
+            match = _TEMPORARY.match(name)
+        if (pids and entry.is_file() and any(p.match(name) for p in patterns)
+                and not any(_running(pid) for pid in pids)):
+            out.append(entry.path)
+    return sorted(out)
+
+
+def _running(pid):
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # someone else's process
+        return True
+    return True

@@ -1,5 +1,6 @@
 """LogReport: averaged observations appended to a JSON log file."""
 import json
+import math
 import os
 
 from minichain import backend
@@ -16,6 +17,13 @@ def to_float(value):
     return float(backend.to_cpu(value))
 
 
+def _json_safe(entries):
+    """The entries with inf and NaN as None (JSON has no such numbers:
+    ``null`` keeps the file readable by any JSON reader)."""
+    return [{k: None if isinstance(v, float) and not math.isfinite(v) else v
+             for k, v in e.items()} for e in entries]
+
+
 class LogReport(extension.Extension):
     """Averages the observation over each interval and logs the means.
 
@@ -24,7 +32,8 @@ class LogReport(extension.Extension):
     'iteration': ..., 'elapsed_time': ...}`` to ``log`` and rewrites
     ``out/<filename>`` as a JSON list of every entry so far. The file is
     replaced atomically (temporary file, then ``os.replace``), so a reader
-    never sees half a file.
+    never sees half a file. A mean that is inf or NaN is written as
+    ``null`` (the file stays valid JSON); ``log`` keeps the float.
 
     Args:
         keys: observation keys to log (None: all scalar ones).
@@ -69,7 +78,8 @@ class LogReport(extension.Extension):
         if self._filename is not None:
             path = os.path.join(trainer.out, self._filename)
             with atomic_write(path, 'w') as f:
-                json.dump(self._log, f, indent=4)
+                json.dump(_json_safe(self._log), f, indent=4,
+                          allow_nan=False)
         self._summary = DictSummary()
 
     def serialize(self, serializer):
@@ -77,4 +87,5 @@ class LogReport(extension.Extension):
         if hasattr(self._trigger, 'serialize'):
             self._trigger.serialize(serializer['_trigger'])
         self._summary.serialize(serializer['_summary'])
-        self._log = json.loads(serializer('_log', json.dumps(self._log)))
+        self._log = json.loads(serializer('_log', json.dumps(
+            _json_safe(self._log), allow_nan=False)))

@@ -22,7 +22,10 @@ GENERIC_CHECKS = ('ranks_and_factory', 'array_collectives',
                   'object_collectives', 'send_recv', 'split', 'chunked',
                   'scatter_dataset', 'scatter_index', 'evaluate_weighted',
                   'mnbn_gradcheck', 'mnbn_matches_full_batch',
-                  'mnbn_device_formula', 'mnbn_model_copy')
+                  'mnbn_device_formula', 'mnbn_model_copy',
+                  'local_errors_everywhere', 'collective_kinds_compared',
+                  'join_uneven_shards', 'nan_check',
+                  'mnbn_global_batch_of_one')
 CHECKS = tuple('{}:{}'.format(c, n) for c in COMMUNICATORS
                for n in MODEL_CHECKS) + GENERIC_CHECKS
 

@@ -255,3 +255,129 @@ def mnbn_model_copy(comm):
     assert [n for n, _ in bn.namedparams()] == ['/beta', '/gamma']
     assert [n for n, _ in bn.namedpersistents()] == [
         '/N', '/avg_mean', '/avg_var']
+
+
+def local_errors_everywhere(comm):
+    # A bad argument on one rank is raised on every rank (it travels in the
+    # header), so that no rank goes on alone into the next collective.
+    last = comm.size - 1
+    x = numpy.ones(3)
+    msg = _expect_error(ValueError, lambda: comm.allreduce(
+        x, op='avg' if comm.rank == last else 'sum'), 'op must be one of')
+    if comm.size > 1:
+        assert '(on rank {})'.format(last) in msg, msg
+    _same_on_every_rank(comm, msg)
+    msg = _expect_error(TypeError, lambda: comm.allgather(
+        [1.0] if comm.rank == last else x), 'expected a NumPy or CuPy array')
+    _same_on_every_rank(comm, msg)
+    _expect_error(ValueError, lambda: dist.scatter_index(
+        0, comm), 'at least one example')
+    # An error one rank meets between collectives: the others raise it in
+    # their next collective.
+    def unreadable():
+        if comm.rank == last:
+            comm.raise_everywhere(OSError('batch 7 is unreadable'))
+        comm.allreduce_obj(1)
+    msg = _expect_error(OSError, unreadable, 'batch 7 is unreadable')
+    if comm.size > 1:
+        assert msg.endswith('(on rank {})'.format(last)), msg
+    _same_on_every_rank(comm, msg)
+    assert numpy.array_equal(comm.allreduce(x), x * comm.size)  # in step
+
+
+def collective_kinds_compared(comm):
+    if comm.size == 1:
+        return
+    first = comm.rank == 0
+    msg = _expect_error(dist.CollectiveMismatchError, lambda: (
+        comm.allgather_obj(1) if first else comm.allreduce_obj(1)),
+        'rank 0: allgather_obj #', 'allreduce_obj #',
+        'different collectives of the flat communicator')
+    _same_on_every_rank(comm, msg)
+    model = minichain.Sequential(L.Linear(3, 2))
+    model(numpy.zeros((1, 3), numpy.float32))
+    for p in model.params():
+        p.grad = numpy.ones_like(p.array)
+    msg = _expect_error(dist.CollectiveMismatchError, lambda: (
+        comm.multi_node_mean_grad(model, step=4 if first else 3)),
+        'different training steps', 'rank 0: update 5', 'update 4')
+    _same_on_every_rank(comm, msg)
+
+
+def join_uneven_shards(comm):
+    # Rank r has r + 1 batches of 2: inside join every update averages over
+    # the ranks that still have data and every rank applies it, as one
+    # process stepping on the union of those ranks' batches.
+    rng = numpy.random.default_rng(3)
+    n, r = comm.size, comm.rank
+    xs, ts = rng.standard_normal((n, n, 2, 3)), rng.standard_normal(
+        (n, n, 2, 2))
+
+    def make():
+        with minichain.using_config('dtype', 'float64'):
+            m = minichain.Sequential(L.Linear(3, 2))
+        m(xs[0, 0])
+        return m
+    model, ref = make(), make()
+    opt = dist.create_multi_node_optimizer(
+        minichain.optimizers.MomentumSGD(lr=0.1), comm).setup(model)
+    opt.update()  # rank 0's parameters everywhere
+    ref.copyparams(model)
+    with dist.join(opt) as joined:
+        for k in range(r + 1):
+            joined.update(lambda: F.mean_squared_error(model(xs[r, k]),
+                                                       ts[r, k]))
+    assert opt.t == n, opt.t
+    ref_opt = minichain.optimizers.MomentumSGD(lr=0.1).setup(ref)
+    for k in range(n):  # step k: ranks k, ..., n - 1 have data
+        x, t = numpy.concatenate(xs[k:, k]), numpy.concatenate(ts[k:, k])
+        ref_opt.update(lambda: F.mean_squared_error(ref(x), t))
+    for (name, p), (_, q) in zip(model.namedparams(), ref.namedparams()):
+        assert numpy.allclose(p.array, q.array, rtol=1e-12, atol=1e-14), name
+    _same_on_every_rank(comm, [p.array.tolist() for p in model.params()])
+    # Without join the rank with more batches is left alone: see
+    # tests/dist/test_watchdog.py ('uneven').
+
+
+def nan_check(comm):
+    last = comm.size - 1
+
+    def run(check):
+        model = minichain.Sequential(L.Linear(3, 2))
+        model(numpy.zeros((1, 3), numpy.float32))
+        opt = dist.create_multi_node_optimizer(
+            minichain.optimizers.SGD(lr=0.1), comm, nan_check=check)
+        opt.setup(model)
+        opt.update()
+        x = numpy.ones((2, 3), numpy.float32)
+        opt.update(lambda: F.sum(model(x)))
+        before = [p.array.copy() for p in model.params()]
+        if comm.rank == last:
+            x[1, 2] = numpy.nan
+        return model, opt, before, lambda: opt.update(
+            lambda: F.sum(model(x)))
+    model, opt, before, step = run(True)
+    msg = _expect_error(dist.NonFiniteGradientError, step, 'update 2',
+                        'not finite on rank {}'.format(last), '/0/W',
+                        'skipped on every rank')
+    _same_on_every_rank(comm, msg)
+    assert all(numpy.array_equal(p.array, b)
+               for p, b in zip(model.params(), before))
+    assert opt.t == 1
+    model, opt, _, step = run(False)  # the negative control
+    step()
+    assert not numpy.isfinite(model[0].W.array).all()
+
+
+def mnbn_global_batch_of_one(comm):
+    # As L.BatchNormalization: training statistics need two values per
+    # channel over the whole (global) batch.
+    x = numpy.ones((1 if comm.rank == 0 else 0, 3))
+    gamma, beta = numpy.ones(3), numpy.zeros(3)
+    msg = _expect_error(ValueError, lambda: multi_node_batch_normalization(
+        x, gamma, beta, comm), 'global batch has 1 element per channel',
+        'at least 2')
+    _same_on_every_rank(comm, msg.split(' (x of shape')[0])
+    if comm.size > 1:
+        two = numpy.ones((1 if comm.rank < 2 else 0, 3))
+        multi_node_batch_normalization(two, gamma, beta, comm)

@@ -58,3 +58,24 @@ def test_custom_file_name(tmp_path):
     trainer.run()
     with open(str(tmp_path / 'train.json')) as f:
         assert len(json.load(f)) == 2
+
+
+def test_inf_and_nan_are_null_in_the_file(tmp_path):
+    import math
+
+    def poison(trainer):
+        if trainer.updater.iteration > 5:
+            trainer.observation['main/loss'] = float('nan')
+            trainer.observation['huge'] = float('inf')
+    log_report = extensions.LogReport()
+    trainer = make_trainer(tmp_path, stop=(2, 'epoch'))
+    trainer.extend(poison, name='poison', priority=250)
+    trainer.extend(log_report)
+    trainer.run()
+    with open(str(tmp_path / 'log')) as f:
+        text = f.read()
+    assert 'NaN' not in text and 'Infinity' not in text
+    log = json.loads(text)
+    assert log[1]['main/loss'] is None and log[1]['huge'] is None
+    assert isinstance(log[0]['main/loss'], float)
+    assert math.isnan(log_report.log[1]['main/loss'])  # in memory: a float

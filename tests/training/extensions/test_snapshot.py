@@ -105,3 +105,35 @@ def test_custom_savefun_receives_the_target(tmp_path):
     trainer.run()
     assert saved == [('sub', 'thing')]
     assert (tmp_path / 'out' / 'sub' / 'x').is_file()
+
+
+def test_n_retains_keeps_the_newest_snapshots(tmp_path):
+    trainer = make_trainer(tmp_path, stop=(4, 'epoch'))
+    trainer.extend(extensions.snapshot(n_retains=2))
+    trainer.extend(extensions.snapshot_object(
+        trainer.updater.get_optimizer().target, 'model_{.updater.epoch}',
+        n_retains=1))
+    (tmp_path / 'snapshot_notes.txt').write_text('not a snapshot')
+    trainer.run()
+    assert sorted(os.listdir(str(tmp_path))) == [
+        'model_4', 'snapshot_iter_15', 'snapshot_iter_20',
+        'snapshot_notes.txt']
+    with pytest.raises(ValueError, match='n_retains must be at least 1'):
+        extensions.snapshot(n_retains=0)
+
+
+def test_stale_temporaries_are_ours_by_name_and_dead_pid(tmp_path):
+    from minichain.training.extensions._snapshot import stale_temporaries
+    dead = 2 ** 22 + 17  # above Linux's default pid_max: never running
+    names = ['.snapshot_iter_6.{}.tmp'.format(dead),  # Snapshot's
+             '..snapshot_iter_6.{0}.tmp.{0}.0a1b2c3d.tmp'.format(dead),
+             '.log.{}.deadbeef.tmp'.format(dead)]       # atomic_write's
+    kept = ['.snapshot_iter_6.{}.tmp'.format(os.getppid()),  # still running
+            '.other.{}.tmp'.format(dead),                   # not ours
+            'snapshot_iter_6', '.snapshot_iter_6.tmp']
+    for name in names + kept:
+        (tmp_path / name).write_bytes(b'x')
+    found = stale_temporaries(str(tmp_path), ['snapshot_iter_{.updater.'
+                                              'iteration}', 'log'])
+    assert found == sorted(str(tmp_path / n) for n in names)
+    assert stale_temporaries(str(tmp_path / 'none'), ['log']) == []

@@ -1,0 +1,217 @@
+"""The header: every collective opens with the same small message.
+
+It is one MAX allreduce of 16 integers: the collective's kind, its sequence
+number on the communicator, a hash of what the ranks must agree on (shapes,
+dtypes, the root, a model's layout, a training step) and a few values to
+combine. Ranks that called different collectives meet in it whatever each
+called, and all raise the same :class:`CollectiveMismatchError`, naming
+every rank's call, instead of hanging (MPI would match an allreduce with
+nothing, or, worse, with the other ranks' next allreduce). A local error (a
+bad argument on one rank) travels in it too, so that every rank raises it.
+It replaces the small exchanges the collectives made anyway (shapes,
+lengths), so that the training path pays no extra message for it.
+"""
+import hashlib
+import pickle
+import zlib
+
+import numpy
+
+from minichain.dist import _mpi
+
+HEADER_SIZE = 16
+N_MAXES, N_ROOT = 4, 6     # header slots: combined by max, set by the root
+_UNSET = numpy.iinfo(numpy.int64).min
+_codes = {}
+RAISE = 'raise_everywhere'  # the kind that the other kinds give way to
+
+
+class CollectiveMismatchError(RuntimeError):
+    """The ranks called different collectives (raised on every rank)."""
+
+
+class Failure:
+    """A local error carried by the header to every rank (see
+    :func:`attempt`)."""
+
+    def __init__(self, error):
+        self.type, self.text = type(error), str(error)
+        try:  # it travels to the other ranks, by name
+            pickle.loads(pickle.dumps(self.type))
+        except Exception:  # noqa: BLE001 - e.g. a class local to a function
+            self.type = RuntimeError
+            self.text = '{}: {}'.format(type(error).__name__, self.text)
+
+    def __repr__(self):
+        return 'Failure({}: {})'.format(self.type.__name__, self.text)
+
+
+def attempt(fn, *args):
+    """``fn(*args)``, or a :class:`Failure` for a TypeError or ValueError,
+    to be agreed on in the header (so that every rank raises it)."""
+    try:
+        return fn(*args)
+    except (TypeError, ValueError) as e:
+        return Failure(e)
+
+
+def raise_failures(values):
+    """Raise the first :class:`Failure` among every rank's ``values`` (its
+    type, naming the ranks when there are several); return otherwise.
+
+    The error has ``raised_on_every_rank = True``: the other ranks raise it
+    too (so a handler need not tell them)."""
+    failed = [(r, v) for r, v in enumerate(values) if isinstance(v, Failure)]
+    if failed:
+        rank, f = failed[0]
+        where = '' if len(values) == 1 else ' (on {})'.format(
+            format_ranks([r for r, _ in failed]))
+        try:
+            error = f.type(f.text + where)
+        except Exception:  # noqa: BLE001 - a type that wants more arguments
+            error = RuntimeError('{}: {}{}'.format(f.type.__name__, f.text,
+                                                   where))
+        error.raised_on_every_rank = True
+        raise error
+
+
+def _code(kind):
+    code = _codes.get(kind)
+    if code is None:
+        code = _codes[kind] = zlib.crc32(kind.encode()) & 0x7FFFFFFF
+    return code
+
+
+def header(wire, agree=None, on_mismatch=None, maxes=(), root=None,
+           root_values=()):
+    """The first message of every collective (see the module docstring).
+
+    One MAX allreduce of ``[code, -code, seq, -seq, h, -h, maxes...,
+    root values...]``: the ranks agree on a value iff its max equals minus
+    the max of its negation.
+
+    Args:
+        wire: the communicator's :class:`~minichain.dist.watchdog.Wire`,
+            inside its ``collective(kind)`` block.
+        agree: a picklable value every rank must hold equal (compared by a
+            hash of its repr; may hold :class:`Failure` s).
+        on_mismatch: ``on_mismatch(every rank's agree)`` returns the
+            exception to raise (default: a ValueError listing them);
+            Failures are raised first.
+        maxes: up to 4 integers combined by max over the ranks.
+        root, root_values: up to 6 integers that rank ``root`` provides.
+    Returns:
+        ``(maxes, root_values)`` combined, as tuples of ints.
+    Raises:
+        CollectiveMismatchError: the ranks are in different collectives
+            (unless one is in :func:`raise_everywhere`: then its error).
+        whatever ``on_mismatch`` returns, or a Failure's error.
+    """
+    if len(maxes) > N_MAXES or len(root_values) > N_ROOT:
+        raise ValueError('header: at most {} maxes and {} root values'
+                         .format(N_MAXES, N_ROOT))
+    kind, _, seq = wire.current()
+    v = numpy.full(HEADER_SIZE, _UNSET, dtype=numpy.int64)
+    v[6:6 + len(maxes)] = maxes
+    if wire.rank == root:
+        v[10:10 + len(root_values)] = root_values
+    if wire.size > 1:
+        code, h = _code(kind), layout_hash(agree)
+        v[:6] = code, -code, seq, -seq, h, -h
+        MPI = _mpi.import_mpi()
+        wire.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
+        if v[0] != -v[1] or v[2] != -v[3]:
+            calls = wire.allgather_obj((wire.describe(), seq, agree if (
+                kind == RAISE) else None))
+            raise_failures([failure for _, _, failure in calls])
+            raise CollectiveMismatchError(collective_mismatch_message(
+                wire, [call[:2] for call in calls]))
+        if v[4] != -v[5]:
+            values = wire.allgather_obj(agree)
+            raise_failures(values)
+            raise (on_mismatch or _differ(kind))(values)
+    wire.joined = seq
+    raise_failures([agree])
+    return (tuple(int(x) for x in v[6:6 + len(maxes)]),
+            tuple(int(x) for x in v[10:10 + len(root_values)]))
+
+
+def _differ(kind):
+    def error(values):
+        return ValueError('{}: the ranks passed different arguments: {}'
+                          .format(kind, by_rank(values)))
+    return error
+
+
+def by_rank(values, show=repr):
+    """``'rank 0: a; ranks 1-3: b'``: ``values`` (one per rank) grouped."""
+    groups = {}
+    for rank, value in enumerate(values):
+        groups.setdefault(show(value), []).append(rank)
+    return '; '.join('{}: {}'.format(format_ranks(ranks), text)
+                     for text, ranks in groups.items())
+
+
+def collective_mismatch_message(wire, calls):
+    """The text of a CollectiveMismatchError: every rank's call."""
+    lines = ['{}: {} (collective #{})'.format(format_ranks(ranks), what, seq)
+             for (what, seq), ranks in _grouped(calls)]
+    text = ('the ranks called different collectives of the {} communicator: '
+            '{}; every rank must call the same collectives in the same order'
+            .format(wire.label, '; '.join(lines)))
+    whats = ' '.join(w for w, _ in calls)
+    if 'multi_node_batch_normalization' in whats:
+        text += (' (MultiNodeBatchNormalization communicates in training '
+                 'mode only: is minichain.config.train the same on every '
+                 'rank?)')
+    elif 'multi_node_mean_grad' in whats:
+        text += (' (a rank that calls update fewer times than the others '
+                 'leaves them in multi_node_mean_grad: did it skip an update, '
+                 'an exception caught and ignored, or run out of data? see '
+                 'minichain.dist.join for shards of different lengths)')
+    elif len({s for _, s in calls}) > 1:
+        text += (' (a rank is ahead by a collective: did it leave one '
+                 'halfway, an exception caught and ignored?)')
+    return text
+
+
+def _grouped(values):
+    groups = {}
+    for rank, value in enumerate(values):
+        groups.setdefault(value, []).append(rank)
+    return list(groups.items())
+
+
+def layout_hash(layout):
+    """A 62-bit hash of a layout, equal on every process (never ``hash()``,
+    which Python randomizes per process for strings)."""
+    digest = hashlib.blake2b(repr(layout).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, 'little') & ((1 << 62) - 1)
+
+
+def format_ranks(ranks):
+    """``[0, 2, 3, 4]`` -> ``'ranks 0, 2-4'``."""
+    parts, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            parts.append(str(start) if start == r else
+                         '{}-{}'.format(start, r))
+            start = None
+    return ('rank ' if len(ranks) == 1 else 'ranks ') + ', '.join(parts)
+
+
+def raise_everywhere(wire, error):
+    """Raise ``error`` (a TypeError, ValueError or any exception that takes
+    its message as only argument) on every rank of ``wire``.
+
+    This rank opens a collective of its own; the other ranks meet it in
+    whatever collective they are in or enter next, and raise the error
+    there, as this rank does, with ``(on rank r)`` appended and
+    ``raised_on_every_rank = True``. For an error that only one rank sees
+    in the middle of training (a batch it cannot read), so that every rank
+    stops with the same message instead of waiting for it.
+    """
+    with wire.collective(RAISE):
+        header(wire, Failure(error))

@@ -1,0 +1,465 @@
+"""The stall watchdog: no rank waits forever in a collective.
+
+Every MPI call minichain makes goes through a :class:`Wire`, one per
+communicator (over a duplicate of its MPI communicator, so that user
+messages never mix with minichain's). With the watchdog on, the Wire posts
+the non-blocking form of each call and waits for it in a loop of
+``MPI_Test``, which costs about what the blocking call costs
+(``bench/watchdog_cost.py``) and gives three things:
+
+* **Signals.** Python runs signal handlers between two tests, so a rank
+  blocked in a collective still takes note of SIGTERM (the training script
+  stops at the next iteration) and a second SIGTERM ends it.
+* **Notes.** A rank that has waited ``notice`` seconds (1 s, less for short
+  timeouts) sends every other rank of the communicator a note on a side
+  communicator (a second duplicate): what it waits for, and later that it
+  is done. A rank whose program ends (a normal return, ``sys.exit``, an
+  uncaught exception with the abort hook off) sends a last note from an
+  ``atexit`` hook: "left after collective #N". Waiting ranks read the notes.
+* **Verdicts.** From the notes a waiting rank concludes within seconds that
+  its collective cannot complete: a rank left before joining it, or a rank
+  waits for something that needs this rank while this rank waits here.
+  Failing that, it gives up after ``MINICHAIN_STALL_TIMEOUT`` seconds. Either
+  way it prints one line per fact (its collective and call count, what each
+  other rank was last seen doing) and ends the whole job (``MPI_Abort``).
+
+Why notes sent by ranks that already wait, rather than questions or
+one-sided reads: the good path pays nothing (a wait shorter than ``notice``
+sends no message), and a note needs nothing from its receiver until the
+receiver waits too, which is exactly when it matters. A rank that computes,
+is stopped (SIGSTOP) or sits in a call outside minichain cannot answer a
+question, nor serve a passive one-sided read in MPICH (its progress engine
+runs only inside MPI calls): it stays silent either way, and its silence
+plus the last collective every rank passed is what the report shows.
+
+Collectives of different kinds (allreduce on one rank, bcast on another)
+are caught earlier, without waiting: every collective opens with the same
+small header (:func:`minichain.dist.safety.header`) carrying its kind and
+sequence number, so the ranks meet there whatever each called.
+
+``MINICHAIN_STALL_TIMEOUT``: seconds (default 600); ``0`` turns the
+watchdog off: the blocking MPI calls are made directly, no notes are sent,
+signal handlers wait for the call to return, and a stalled job waits
+forever, as plain MPI does. Rank 0's value applies to the communicator.
+"""
+import atexit
+import math
+import os
+import pickle
+import sys
+import time
+import weakref
+
+import numpy
+
+from minichain.dist import _mpi
+
+ENV = 'MINICHAIN_STALL_TIMEOUT'
+DEFAULT_TIMEOUT = 600.0
+EXIT_STATUS = 70          # the job's exit status when the watchdog ends it
+PREFIX = 'minichain.dist watchdog: '
+SPIN = 1.0                # seconds of back-to-back tests before napping
+NAP = 0.001               # seconds between tests after SPIN
+READ_EVERY = 0.02         # seconds between two looks at the notes
+YIELD_EVERY = 32          # tests between two yields of the core
+ABORT_DELAY = 1.0         # seconds between the last words and MPI_Abort
+_TAG = 7
+
+_yield = getattr(os, 'sched_yield', lambda: time.sleep(0))
+_wires = weakref.WeakSet()
+_clock = {'progress': None}
+_exit = {'installed': False, 'reason': None}
+
+
+def timeout_from_env():
+    """``MINICHAIN_STALL_TIMEOUT`` in seconds (0: off); ValueError naming
+    the variable for anything but a finite number >= 0."""
+    text = os.environ.get(ENV, '').strip()
+    if not text:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError('{}={!r}: expected a number of seconds >= 0 (0 turns '
+                         'the watchdog off)'.format(ENV, text))
+    return value
+
+
+def stalled():
+    """Whether this process has made no progress through minichain's
+    collectives for longer than its stall timeout (never when the watchdog
+    is off or no communicator exists). The training script's signal handler
+    ends the process at once on a first SIGTERM when this holds."""
+    wires = [w for w in list(_wires) if w.timeout > 0]
+    if not wires or _clock['progress'] is None:
+        return False
+    idle = time.monotonic() - _clock['progress']
+    return idle > min(w.timeout for w in wires)
+
+
+def abort(status):
+    """End the whole job with ``status`` (MPI_Abort), once what this rank
+    wrote had a moment to reach the launcher: it may kill the job before
+    reading the last lines of a rank's output pipe."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        time.sleep(ABORT_DELAY)
+    finally:
+        _mpi.import_mpi().COMM_WORLD.Abort(status)
+
+
+def note_uncaught(exc_type):
+    """Record that the program is ending on an uncaught exception (called by
+    the abort hook when it does not abort), for the exit note."""
+    _exit['reason'] = 'an uncaught {}'.format(exc_type.__name__)
+
+
+class Wire:
+    """MPI calls that cannot hang unnoticed, over a duplicate of ``mpi_comm``.
+
+    The upper-case methods mirror mpi4py's blocking ones (``Allreduce``,
+    ``Bcast``, ``Allgather``, ``Allgatherv``, ``Send``, ``Recv``);
+    ``allgather_obj`` gathers small picklable objects. ``collective(kind)``
+    brackets one collective (a ``with`` block; nested ones count too): it
+    numbers it, for the header and for the reports.
+
+    Args:
+        mpi_comm: the communicator to duplicate (collective: every rank of
+            it creates its Wire together).
+        label: how reports name the communicator (e.g. ``'flat'``).
+    """
+
+    def __init__(self, mpi_comm, label):
+        self.comm = mpi_comm.Dup()
+        self.rank, self.size = self.comm.rank, self.comm.size
+        self.label = label
+        self.seq = 0               # collectives begun on this rank
+        self.counts = {}           # per kind
+        self.stack = []            # [(kind, count, seq)] of open collectives
+        self.last = None           # (kind, count, seq) of the last finished
+        value = timeout_from_env()
+        self.timeout = float(self.comm.bcast(value, root=0))
+        self.polling = self.timeout > 0
+        self.joined = 0            # the last collective every rank joined
+        self.side = None
+        self.notice = min(1.0, self.timeout / 4)
+        self.peers = {}            # rank -> the last note it sent
+        self.outbox = []           # [(request, bytes)] of notes in flight
+        self.waiting = None        # what this rank waits for, while it does
+        if self.polling and self.size > 1:
+            self.side = self.comm.Dup()
+            _install_exit_note()
+        _wires.add(self)
+        if _clock['progress'] is None:
+            _clock['progress'] = time.monotonic()
+
+    # -- numbering ------------------------------------------------------------
+    def collective(self, kind):
+        """Open collective ``kind``: ``with wire.collective('allreduce'):``."""
+        self.seq += 1
+        count = self.counts[kind] = self.counts.get(kind, 0) + 1
+        self.stack.append((kind, count, self.seq))
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.last = self.stack.pop()
+        _clock['progress'] = time.monotonic()
+
+    def current(self):
+        """``(kind, count, seq)`` of the innermost open collective."""
+        return self.stack[-1]
+
+    def describe(self):
+        """The open collectives, innermost first: ``'bcast_obj #2 in
+        bcast_data #1'``; the last finished one when none is open."""
+        if not self.stack:
+            return ('outside collectives (after {} #{}, collective #{})'
+                    .format(*self.last) if self.last else
+                    'before any collective')
+        return ' in '.join('{} #{}'.format(k, c)
+                           for k, c, _ in reversed(self.stack))
+
+    # -- MPI calls ------------------------------------------------------------
+    def Allreduce(self, sendbuf, recvbuf, op):
+        if not self.polling:
+            return self.comm.Allreduce(sendbuf, recvbuf, op=op)
+        self._wait(self.comm.Iallreduce(sendbuf, recvbuf, op=op))
+
+    def Bcast(self, buf, root=0):
+        if not self.polling:
+            return self.comm.Bcast(buf, root=root)
+        self._wait(self.comm.Ibcast(buf, root=root))
+
+    def Allgather(self, sendbuf, recvbuf):
+        if not self.polling:
+            return self.comm.Allgather(sendbuf, recvbuf)
+        self._wait(self.comm.Iallgather(sendbuf, recvbuf))
+
+    def Allgatherv(self, sendbuf, recvbuf):
+        if not self.polling:
+            return self.comm.Allgatherv(sendbuf, recvbuf)
+        self._wait(self.comm.Iallgatherv(sendbuf, recvbuf))
+
+    def Send(self, buf, dest, tag=0):
+        if not self.polling:
+            return self.comm.Send(buf, dest=dest, tag=tag)
+        self._wait(self.comm.Isend(buf, dest=dest, tag=tag), ('send to', dest))
+
+    def Recv(self, buf, source, tag=0):
+        if not self.polling:
+            return self.comm.Recv(buf, source=source, tag=tag)
+        self._wait(self.comm.Irecv(buf, source=source, tag=tag),
+                   ('receive from', source))
+
+    def allgather_obj(self, obj):
+        """Every rank's picklable ``obj``, in rank order (two messages)."""
+        data = numpy.frombuffer(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL),
+                                numpy.uint8)
+        sizes = numpy.empty(self.size, numpy.int64)
+        self.Allgather(numpy.array([data.size], numpy.int64), sizes)
+        out = numpy.empty(int(sizes.sum()), numpy.uint8)
+        offsets = numpy.concatenate([[0], numpy.cumsum(sizes)[:-1]])
+        self.Allgatherv(data, [out, sizes, offsets, _mpi.import_mpi().BYTE])
+        return [pickle.loads(out[o:o + n].tobytes())
+                for o, n in zip(offsets, sizes)]
+
+    def wait_until(self, done, what):
+        """Wait until ``done()`` is true (e.g. a CUDA stream finished) as for
+        an MPI request; ``what`` names it in the reports."""
+        if not done():
+            if not self.polling:
+                while not done():
+                    time.sleep(NAP)
+                return
+            self._wait_slow(done, ('wait for', what))
+
+    def free(self):
+        """Free the duplicates (collective, like MPI_Comm_free)."""
+        _wires.discard(self)
+        for comm in (self.side, self.comm):
+            if comm is not None:
+                comm.Free()
+        self.side = self.comm = None
+
+    # -- waiting --------------------------------------------------------------
+    def _wait(self, request, p2p=None):
+        if not request.Test():
+            self._wait_slow(request.Test, p2p)
+
+    def _wait_slow(self, done, p2p):
+        # Most waits end within microseconds: test back to back, now and then
+        # yielding the core (as MPICH's own blocking wait does: on a busy
+        # machine the rank being waited for may need it) and looking at the
+        # clock; start watching after READ_EVERY seconds.
+        start = time.monotonic()
+        until, spins = start + READ_EVERY, 0
+        while not done():
+            spins += 1
+            if spins % YIELD_EVERY == 0:
+                _yield()
+                if time.monotonic() >= until:
+                    self._watch(done, p2p, start)
+                    return
+
+    def _watch(self, done, p2p, start):
+        self.waiting = self._state(p2p)
+        posted, verdict, next_read = False, None, 0.0
+        try:
+            while not done():
+                now = time.monotonic()
+                waited = now - start
+                if now >= next_read and self.side is not None:
+                    next_read = now + READ_EVERY
+                    self._read_notes()
+                    if not posted and waited >= self.notice:
+                        self._post(dict(self.waiting, state='waiting',
+                                        waited=waited))
+                        posted = True
+                    found = self._verdict()
+                    if found is None or verdict is None or (
+                            found[0] != verdict[0]):
+                        verdict = found and (found[0], now + found[1])
+                    if verdict is not None and now >= verdict[1]:
+                        self._give_up(waited, verdict[0])
+                if waited > self.timeout + self._defer():
+                    self._give_up(waited, None)
+                if waited > SPIN:
+                    time.sleep(NAP)
+                else:
+                    _yield()
+        finally:
+            if posted:
+                self._post(dict(self.waiting, state='done'))
+            self.waiting = None
+
+    def _state(self, p2p):
+        """This rank's note: which collective (or message) it waits for."""
+        state = {'seq': self.seq, 'what': self.describe(), 'peer': None,
+                 'collective': bool(self.stack) and p2p is None}
+        if p2p is not None:
+            verb, peer = p2p
+            state['what'] = '{} {}, {}'.format(
+                verb, peer if isinstance(peer, str) else 'rank {}'.format(
+                    peer), state['what'] if not self.stack else 'in ' +
+                state['what'])
+            state['peer'] = peer if isinstance(peer, int) else None
+        return state
+
+    def _defer(self):
+        """When a lower rank waits in the same collective, let it report
+        first (one report per job rather than one per rank)."""
+        mine = self.waiting
+        for r, note in self.peers.items():
+            if (r < self.rank and note['state'] == 'waiting'
+                    and note['collective'] and mine['collective']
+                    and note['seq'] == mine['seq']):
+                return 2 * self.notice
+        return 0.0
+
+    def _verdict(self):
+        """``(conclusion, grace seconds)`` when this wait cannot complete."""
+        mine = self.waiting
+        for r, note in sorted(self.peers.items()):
+            needed = mine['collective'] or mine['peer'] == r
+            if note['state'] == 'left' and needed:
+                if mine['collective'] and note['seq'] < mine['seq']:
+                    return ('rank {} will never join collective #{}: it left '
+                            'before'.format(r, mine['seq']), 0.0)
+                if not mine['collective']:
+                    return ('rank {} left without sending what rank {} waits '
+                            'for'.format(r, self.rank), 2 * self.notice)
+            if note['state'] != 'waiting' or not needed:
+                continue
+            same = (mine['collective'] and note['collective']
+                    and note['seq'] == mine['seq'])
+            needs_me = note['collective'] or note['peer'] == self.rank
+            if not same and needs_me:
+                return ('ranks {} and {} wait for each other: neither can go '
+                        'on'.format(*sorted((r, self.rank))), 2 * self.notice)
+        return None
+
+    # -- notes ----------------------------------------------------------------
+    def _post(self, note):
+        data = pickle.dumps(note, pickle.HIGHEST_PROTOCOL)
+        self.outbox = [(q, d) for q, d in self.outbox if not q.Test()]
+        for r in range(self.size):
+            if r != self.rank:
+                self.outbox.append((self.side.Isend(data, dest=r, tag=_TAG),
+                                    data))
+
+    def _read_notes(self):
+        MPI = _mpi.import_mpi()
+        status = MPI.Status()
+        while self.side.Iprobe(MPI.ANY_SOURCE, _TAG, status):
+            buf = bytearray(status.Get_count(MPI.BYTE))
+            self.side.Recv(buf, source=status.Get_source(), tag=_TAG)
+            note = pickle.loads(bytes(buf))
+            note['received'] = time.monotonic()
+            self.peers[status.Get_source()] = note
+
+    def _leave(self, reason):
+        """Tell the other ranks that this one left (from the exit hook)."""
+        if self.side is None:
+            return
+        kind = self.stack[-1] if self.stack else self.last
+        what = '{} #{}'.format(*kind[:2]) if kind else 'no collective yet'
+
+        self._post({'state': 'left', 'seq': self.seq, 'what': what,
+                    'reason': reason, 'peer': None, 'collective': False})
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and not all(
+                q.Test() for q, _ in self.outbox):
+            time.sleep(NAP)
+
+    # -- giving up ------------------------------------------------------------
+    def _report(self, waited, verdict):
+        mine = self.waiting
+        where = ('collective #{} of the'.format(mine['seq'])
+                 if mine['collective'] else 'the')
+        lines = ['rank {} has waited {:.1f} s {}{} ({} {} communicator over '
+                 '{} ranks)'.format(self.rank, waited, 'in ' if mine[
+                     'collective'] else 'to ', mine['what'], where,
+                     self.label, self.size)]
+        lines += [self._peer_line(r) for r in range(self.size)
+                  if r != self.rank]
+        lines.append('so: ' + (verdict or 'no progress for {:g} s, the stall '
+                               'timeout'.format(self.timeout)))
+        lines += _hints(mine['what'], self.peers)
+        lines.append('ending the job with exit status {} ({}={:g} s; 0 turns '
+                     'the watchdog off)'.format(EXIT_STATUS, ENV,
+                                                self.timeout))
+        return lines
+
+    def _peer_line(self, r):
+        note = self.peers.get(r)
+        if note is None or note['state'] == 'done':
+            seen = ('it joined collective #{} with the others'.format(
+                self.joined) if self.joined else 'it joined no collective of '
+                'this communicator yet')
+            return ('rank {}: no word from it: {}, and has waited in none '
+                    'since (it is busy elsewhere, or stopped)'.format(r, seen))
+        if note['state'] == 'left':
+            return 'rank {}: left ({}) {}'.format(r, note['reason'], (
+                'after collective #{} ({})'.format(note['seq'], note['what'])
+                if note['seq'] else 'before any collective'))
+        waited = note['waited'] + time.monotonic() - note['received']
+        return 'rank {}: waiting for {:.1f} s {}{}{}'.format(
+            r, waited, 'in ' if note['collective'] else 'to ', note['what'],
+            _seq(note))
+
+    def _give_up(self, waited, verdict):
+        lines = self._report(waited, verdict)
+        text = ''.join('[rank {}] {}{}\n'.format(self.rank, PREFIX, line)
+                       for line in lines)
+        try:
+            sys.stdout.flush()
+            sys.stderr.write(text)
+        finally:
+            abort(EXIT_STATUS)
+
+
+def _seq(state):
+    return ' (collective #{})'.format(state['seq']) if state[
+        'collective'] else ''
+
+
+def _hints(what, peers):
+    text = ' '.join([what] + [n['what'] for n in peers.values()])
+    if any(n['state'] == 'left' and 'uncaught' not in n['reason']
+           for n in peers.values()):
+        return ['hint: when a rank runs out of data first, the others wait '
+                'for it: scatter_dataset makes shards of equal length by '
+                'default (force_equal_length=True), and minichain.dist.join '
+                'lets ranks finish shards of different lengths']
+    if 'multi_node_batch_normalization' in text:
+        return ['hint: MultiNodeBatchNormalization communicates in training '
+                'mode only: minichain.config.train must be the same on every '
+                'rank']
+    return []
+
+
+def _install_exit_note():
+    if not _exit['installed']:
+        _exit['installed'] = True
+        atexit.register(_announce_exit)
+
+
+def _announce_exit():
+    try:
+        MPI = _mpi.import_mpi()
+        if MPI.Is_finalized():
+            return
+    except ImportError:
+        return
+    reason = _exit['reason'] or 'its program ended: a return or sys.exit'
+    for wire in list(_wires):
+        try:
+            wire._leave(reason)
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass

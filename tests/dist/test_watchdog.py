@@ -1,0 +1,191 @@
+"""No rank waits forever: every way of leaving the others waiting ends the
+job, within a bound, with a message that names the ranks (workers/hang.py
+under real ``mpiexec -n 2``).
+
+The jobs of the module start together (launching is the slow part) and
+each test reads its own; timings are upper bounds with a wide margin for a
+loaded machine.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from minichain.dist import watchdog
+from minichain.dist import launcher
+from tests.dist._launch import WORKERS, require_mpi
+
+# case -> (MINICHAIN_STALL_TIMEOUT, words the output must hold)
+LEFT = 'will never join collective'
+CASES = {
+    'control': ('3', ()),
+    'return': ('60', ('rank 1: left (its program ended', LEFT, 'rank 0 has '
+                      'waited', 'in allreduce #2')),
+    'exit': ('60', ('rank 1: left (its program ended', LEFT)),
+    'uneven': ('60', ('rank 0 has waited', 'in multi_node_mean_grad #3',
+                      'rank 1: left', 'after collective #4 '
+                      '(multi_node_mean_grad #2)', LEFT, 'dist.join')),
+    'kinds': ('60', ('CollectiveMismatchError', 'rank 0: allreduce #2',
+                     'rank 1: bcast #1')),
+    'caught': ('60', ('CollectiveMismatchError', 'rank 0: multi_node_mean_grad'
+                      ' #2', 'rank 1: allreduce_obj #1', 'skip an update')),
+    'mnbn': ('60', ('CollectiveMismatchError', 'rank 0: multi_node_batch_'
+                    'normalization #2', 'rank 1: multi_node_mean_grad #1',
+                    'training mode only')),
+    'deadlock': ('60', ('to receive from rank 1', 'in allreduce #2',
+                        'ranks 0 and 1 wait for each other')),
+    'silent': ('4', ('rank 0 has waited', 'rank 1: no word from it',
+                     'joined collective #1', 'the stall timeout')),
+    'stopped': ('4', ('rank 1: no word from it', 'the stall timeout')),
+}
+BOUND = 90  # seconds: every case but the timeouts ends in a few
+
+
+def _launch(case, timeout):
+    env = dict(os.environ, OMP_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1',
+               PYTHONUNBUFFERED='1', MINICHAIN_STALL_TIMEOUT=timeout)
+    env.pop('MINICHAIN_NO_ABORT', None)
+    cmd = launcher.mpiexec_command(2) + [
+        sys.executable, os.path.join(WORKERS, 'hang.py'), case]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+
+
+def _finish(proc, start):
+    try:
+        out, _ = proc.communicate(timeout=max(1, start + BOUND + 60
+                                              - time.monotonic()))
+        hung = False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        hung = True
+    return proc.returncode, out.decode(errors='replace'), \
+        time.monotonic() - start, hung
+
+
+@pytest.fixture(scope='module')
+def jobs():
+    require_mpi()
+    start = time.monotonic()
+    procs = {case: _launch(case, t) for case, (t, _) in CASES.items()}
+    return {case: _finish(p, start) for case, p in procs.items()}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize('case', sorted(CASES))
+def test_every_stall_ends_the_job_naming_the_ranks(jobs, case):
+    rc, out, elapsed, hung = jobs[case]
+    assert not hung, out
+    if case == 'control':  # the same collectives everywhere: no verdict
+        assert rc == 0, out
+        assert 'watchdog' not in out and out.count('done') == 2, out
+        return
+    assert rc != 0, out
+    assert '[rank 0] done' not in out, out
+    assert elapsed < BOUND, (elapsed, out)
+    for words in CASES[case][1]:
+        assert words in out, (words, out)
+    if 'watchdog:' in out:
+        assert 'ending the job with exit status 70' in out, out
+        assert rc == watchdog.EXIT_STATUS, out
+        report = [line for line in out.splitlines() if 'watchdog:' in line]
+        assert all(re.search(r'\[rank \d\] minichain.dist watchdog: ', line)
+                   for line in report), report
+
+
+@pytest.mark.mpi
+def test_timeout_cases_wait_for_the_timeout(jobs):
+    for case in ('silent', 'stopped'):
+        assert jobs[case][2] >= 4, jobs[case]
+
+
+@pytest.mark.mpi
+def test_sigterm_while_blocked_is_noted_and_a_second_one_ends_it():
+    # Rank 1 is stopped (SIGSTOP) and rank 0 waits for it in an allreduce:
+    # the first SIGTERM is noted at once (the training script would stop at
+    # the next iteration), the second ends the job.
+    require_mpi()
+    proc = _launch('sigterm', '120')
+    start = time.monotonic()
+    pid = None
+    for line in proc.stdout:  # the ranks' lines may run into each other
+        found = re.search(rb'\[rank 0\] pid (\d+)', line)
+        if found:
+            pid = int(found.group(1))
+            break
+    assert pid is not None
+    time.sleep(1.0)  # rank 0 is in its allreduce by now
+    os.kill(pid, signal.SIGTERM)
+    for line in proc.stdout:
+        if b'[rank 0] noted' in line:
+            break
+    assert b'[rank 0] noted signal 15' in line, line
+    time.sleep(0.5)
+    assert proc.poll() is None  # still waiting, not dead
+    os.kill(pid, signal.SIGTERM)
+    rc, out, elapsed, hung = _finish(proc, start)
+    assert not hung and rc != 0, out
+    assert elapsed < BOUND, elapsed
+
+
+def _python(code, env):
+    return subprocess.Popen([sys.executable, '-c', code], env=dict(
+        os.environ, **env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
+
+
+STALLED = '''
+import sys, time
+from minichain import dist
+from models.train_extensions import catch_signals
+catch_signals()
+comm = dist.create_communicator('flat')
+comm.allreduce_obj(1)
+print('ready', flush=True)
+while True:  # stuck outside the collectives (a data loader, say)
+    time.sleep(0.05)
+'''
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize('timeout, dies', [('1', True), ('600', False)])
+def test_first_sigterm_after_the_stall_timeout_ends_at_once(timeout, dies):
+    pytest.importorskip('mpi4py')
+    root = os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    proc = _python(STALLED, {'MINICHAIN_STALL_TIMEOUT': timeout,
+                             'PYTHONPATH': root})
+    try:
+        assert proc.stdout.readline().strip() == 'ready'
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGTERM)
+        try:  # ends at once, or (noted only) still runs seconds later
+            rc = proc.wait(timeout=30 if dies else 3)
+        except subprocess.TimeoutExpired:
+            rc = None
+        if dies:
+            assert rc == -signal.SIGTERM
+        else:
+            assert rc is None  # noted only: the next iteration would stop
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_timeout_from_env(monkeypatch):
+    monkeypatch.delenv(watchdog.ENV, raising=False)
+    assert watchdog.timeout_from_env() == 600
+    monkeypatch.setenv(watchdog.ENV, '2.5')
+    assert watchdog.timeout_from_env() == 2.5
+    monkeypatch.setenv(watchdog.ENV, '0')
+    assert watchdog.timeout_from_env() == 0
+    for bad in ('-1', 'soon', 'nan', 'inf'):
+        monkeypatch.setenv(watchdog.ENV, bad)
+        with pytest.raises(ValueError, match=watchdog.ENV):
+            watchdog.timeout_from_env()
