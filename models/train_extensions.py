@@ -220,7 +220,7 @@ class PrunePeriodic(extension.Extension):
 
 
 def extend_snapshots(trainer, snap, filename, base, every, comm,
-                     before=None):
+                     before=None, remove_stale=True):
     """Extend ``trainer`` with the multi-node snapshot ``snap`` (written as
     ``filename``) on ``base`` and every ``every``; see SnapshotSchedule.
 
@@ -236,7 +236,8 @@ def extend_snapshots(trainer, snap, filename, base, every, comm,
         trainer.extend(before, trigger=schedule)
         trainer.extend(snap, trigger=lambda t: schedule.fired)
     if comm.rank == 0:
-        for path in stale_temporaries(trainer.out, [filename]):
+        for path in (stale_temporaries(trainer.out, [filename])
+                     if remove_stale else ()):
             with contextlib.suppress(OSError):
                 os.remove(path)
         if every:

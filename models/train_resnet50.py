@@ -239,7 +239,8 @@ def setup(args, comm):
         filename=name, n_retains=args.keep,  # data hardly shrinks
         savefun=lambda path, obj: serializers.save_npz(path, obj, False)))
     extend_snapshots(trainer, snap, name, (1, 'epoch'), args.snapshot_every,
-                     comm, before=train_checks.FiniteGuard(comm, args.out))
+                     comm, before=train_checks.FiniteGuard(comm, args.out),
+                     remove_stale=False)  # removed below, with the log's
     run_settings = train_checks.settings(args, converters[3])
     trainer.extend(train_checks.RunSettings(run_settings))
     if converters[2] is not None:  # unreadable images, summed over ranks

@@ -143,7 +143,10 @@ def test_prune_keeps_epochs_and_the_newest_periodic(tmp_path):
 
 
 def test_extend_snapshots_removes_what_a_killed_run_was_writing(tmp_path):
-    names = ['.snap_6.123.tmp', '..snap_6.123.tmp.123.ab12.tmp', 'snap_3',
+    gone = 4194305  # above Linux's largest pid: no such process
+    names = ['.snap_6.{}.tmp'.format(gone),
+             '..snap_6.{0}.tmp.{0}.ab12cd34.tmp'.format(gone), 'snap_3',
+             '.snap_7.1.tmp',  # pid 1 runs: its write may go on
              '.other.tmp', 'log']
     for name in names:
         (tmp_path / name).write_bytes(b'x')
@@ -154,5 +157,5 @@ def test_extend_snapshots_removes_what_a_killed_run_was_writing(tmp_path):
     extend_snapshots(trainer, snap, 'snap_{.updater.iteration}', None,
                      (2, 'iteration'), _Comm())
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        '.other.tmp', 'log', 'snap_3']
+        '.other.tmp', '.snap_7.1.tmp', 'log', 'snap_3']
     assert extended == [types.SimpleNamespace, PrunePeriodic]

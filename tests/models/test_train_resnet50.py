@@ -18,7 +18,7 @@ from minichain.dist import launcher
 from models import train_data
 from models.train_data import UserError
 from tests.dist._launch import mpi_command
-from tests.models._snapshots import assert_same_model, snapshots
+from tests.models._snapshots import assert_same_model, model_arrays, snapshots
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
@@ -165,7 +165,8 @@ SYNTHETIC = ['--data', 'synthetic', '--train-subset', '24', '--val-subset',
 @pytest.fixture(scope='module')
 def uninterrupted(tmp_path_factory):
     out = tmp_path_factory.mktemp('uninterrupted')
-    rc, stdout, err = run(2, SYNTHETIC + ['--out', out, '--graph'])
+    rc, stdout, err = run(2, SYNTHETIC + ['--out', out, '--graph',
+                                          '--keep', '10'])
     assert rc == 0, stdout + err
     return out, stdout, err
 
@@ -182,7 +183,7 @@ def test_synthetic_run_writes_log_plots_and_snapshots(uninterrupted):
         assert all(key in e for e in log), key
     for name in ('loss.png', 'accuracy.png', 'graph.dot'):
         assert (a / name).exists(), name
-    # every epoch's snapshot stays; of those in between (every 3
+    # every epoch's snapshot stays (--keep 10); of those in between (every 3
     # iterations) each replaced the one before, and the last was removed
     # by the epoch's that followed it
     assert sorted(snapshots(a)) == [6, 12, 18, 24]
