@@ -94,7 +94,7 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in (
 _caught = {'signum': 0, 'at': 0.0}  # the first stop signal, and when
 # A stop signal repeated within this many seconds is one request delivered
 # twice (by the scheduler and by the launcher), not a second request.
-REPEAT_WINDOW = 5.0
+REPEAT_WINDOW = 1.0
 
 
 def catch_signals():

@@ -67,6 +67,21 @@ def test_repeated_stop_signal_is_one_request_and_ctrl_c_again_quits():
     assert proc.returncode == -signal.SIGINT
 
 
+def test_stop_signal_repeated_after_the_window_ends_the_process():
+    code = ('import os, signal, time\n'
+            'from models import train_extensions as t\n'
+            't.catch_signals()\n'
+            'os.kill(os.getpid(), signal.SIGTERM)\n'
+            'print("noted", flush=True)\n'
+            'time.sleep(t.REPEAT_WINDOW + 0.3)\n'
+            'os.kill(os.getpid(), signal.SIGTERM)\n'
+            'print("still alive")\n')
+    proc = subprocess.run([sys.executable, '-c', code], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout == 'noted\n', proc.stdout + proc.stderr
+    assert proc.returncode == -signal.SIGTERM
+
+
 # -- --snapshot-every --------------------------------------------------------
 @pytest.mark.parametrize('text, expected', [
     ('500', (500, 'iteration')), ('7i', (7, 'iteration')),
