@@ -43,6 +43,18 @@ def check_broadcastable(func_name, *shapes):
                                      ' and '.join(str(s) for s in shapes)))
 
 
+def check_binary(func_name, a, b, check=check_array,
+                 names=('first operand', 'second operand')):
+    """The checks of a broadcasting binary op on Variables or ndarrays:
+    ``check`` on each operand (``check_array`` or ``check_float``), one
+    dtype, broadcastable shapes."""
+    a, b = unwrap(a), unwrap(b)
+    check(func_name, a, names[0])
+    check(func_name, b, names[1])
+    check_same_dtype(func_name, a, b)
+    check_broadcastable(func_name, a.shape, b.shape)
+
+
 def normalize_axis(func_name, axis, ndim):
     """Normalise ``axis`` (None, int or tuple) to a sorted tuple, or None."""
     if axis is None:

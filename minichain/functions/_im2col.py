@@ -15,7 +15,9 @@ cache (a small col buffer reused across calls never page-faults); when
 oh*ow is large a chunk is one image and the product writes straight into
 the NCHW output, with no transposition at all, and an image whose columns
 are still too big is built and multiplied in bands of output rows. The
-chunks are shared out over the op's threads (``_parallel.over_chunks``).
+chunks are shared out over the kernel's threads (``_parallel.over_chunks``;
+``conv_forward``, ``conv_grad_w`` and ``deconv_forward`` run inside
+:func:`minichain.host.cpu_kernel_scope`).
 On the GPU one chunk holds the whole batch (one big cuBLAS product).
 
 Transposing a large matrix in NumPy costs 1-4 ns per element (a 2048x512
@@ -29,7 +31,7 @@ import threading
 import numpy
 from numpy.lib.stride_tricks import as_strided
 
-from minichain import backend
+from minichain import backend, host
 from minichain.functions import _parallel
 
 Geometry = collections.namedtuple(
@@ -266,6 +268,7 @@ def _store_chunk(y, n0, n1, prod):
               prod.reshape(o, b, -1).transpose(1, 0, 2))
 
 
+@host.cpu_kernel
 def conv_forward(x, W, g, groups):
     """y = conv(x, W) without bias; x (N, C, h, w), W (O, C/G, kh, kw)."""
     xp = backend.get_array_module(x)
@@ -290,6 +293,7 @@ def conv_forward(x, W, g, groups):
     return y
 
 
+@host.cpu_kernel
 def conv_grad_w(x, gy, g, groups, w_shape):
     """dL/dW of y = conv(x, W) from x and gy = dL/dy; returns w_shape."""
     xp = backend.get_array_module(x)
@@ -339,6 +343,7 @@ def _flipped_weight(W, groups):
         wf[:, :, :, ::-1, ::-1]).reshape(groups * cg, o // groups, kh, kw)
 
 
+@host.cpu_kernel
 def deconv_forward(x, W, g, groups):
     """The transpose of conv_forward: x (N, O, oh, ow) -> y (N, C, h, w).
 
