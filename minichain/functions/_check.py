@@ -3,6 +3,8 @@
 A bad shape caught here gives ``matmul: inner dimensions differ: (2, 3) @ (4, 5)``
 instead of a NumPy traceback from deep inside a forward.
 """
+import numpy
+
 from minichain import backend
 
 
@@ -53,6 +55,22 @@ def check_binary(func_name, a, b, check=check_array,
     check(func_name, b, names[1])
     check_same_dtype(func_name, a, b)
     check_broadcastable(func_name, a.shape, b.shape)
+
+
+def check_int_axis(func_name, axis):
+    """Raise TypeError unless ``axis`` is an int (not a bool)."""
+    if not isinstance(axis, (int, numpy.integer)) or isinstance(axis, bool):
+        raise TypeError('{}: axis must be an int, got {!r}'
+                        .format(func_name, axis))
+
+
+def check_axis(func_name, axis, ndim, shape):
+    """Validate an int axis of an input of ``shape``; return it normalised."""
+    check_int_axis(func_name, axis)
+    if not -ndim <= axis < ndim:
+        raise ValueError('{}: axis {} is out of range for shape {}'
+                         .format(func_name, axis, shape))
+    return int(axis) % ndim
 
 
 def normalize_axis(func_name, axis, ndim):
