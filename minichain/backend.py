@@ -16,7 +16,7 @@ import sys
 import numpy
 
 from minichain import _cuda_wheels
-from minichain.host import (  # noqa: F401  (names kept from earlier versions)
+from minichain.host import (  # noqa: F401  (backend's names for them)
     cpu_kernel_scope, cpu_kernel_threads, get_blas_threads, host_threads,
     set_blas_threads, set_host_threads, tune_malloc)
 
