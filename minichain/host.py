@@ -144,9 +144,10 @@ def cpu_kernel_scope():
     BLAS single-threaded, and the BLAS gets its count back on exit.
 
     Nested scopes (a kernel calling another) keep the outer count. The BLAS
-    setting is process-wide, so two Python threads running kernels at once
-    may see each other's setting: the results stay right, only the speed
-    changes.
+    setting is process-wide, and threadpoolctl lets one Python thread at a
+    time change OpenBLAS's (the first that does, while it lives): kernels on
+    other threads run with the BLAS as it is. The results stay right either
+    way, only the speed changes.
     """
     if getattr(_scope, 'depth', 0):
         _scope.depth += 1
