@@ -30,7 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [ROOT, HERE]
 
-from minichain import backend, optimizers  # noqa: E402
+from minichain import backend, host, optimizers  # noqa: E402
 from models.resnet import ResNet, loss_and_accuracy  # noqa: E402
 
 
@@ -155,4 +155,5 @@ def main():
 
 
 if __name__ == '__main__':
+    host.tune_malloc()  # reuse freed activation buffers (minichain.host)
     main()

@@ -194,4 +194,6 @@ def main():
 
 
 if __name__ == '__main__':
+    import minichain.host
+    minichain.host.tune_malloc()  # as the training scripts do
     main()

@@ -68,7 +68,8 @@ def worker(args):
     sys.path.insert(0, ROOT)
     seconds = collections.defaultdict(float)
     instrument(seconds)
-    from minichain import optimizers
+    from minichain import host, optimizers
+    host.tune_malloc()  # reuse freed activation buffers (minichain.host)
     from models.resnet import ResNet50, loss_and_accuracy
     model = ResNet50(1000, stem='imagenet' if args.size > 64 else 'small')
     opt = optimizers.MomentumSGD(lr=0.01, momentum=0.9).setup(model)

@@ -2,7 +2,7 @@
 training over MPI and NCCL, shaped like Chainer + ChainerMN."""
 import sys
 
-from minichain import backend  # noqa: F401
+from minichain import backend, host  # noqa: F401
 from minichain.configuration import (config, using_config,  # noqa: F401
                                      no_backprop_mode, force_backprop_mode,
                                      get_dtype)

@@ -51,12 +51,7 @@ class FunctionNode:
             raise RuntimeError('{} was already applied; create a new instance '
                                'for each call'.format(self.label))
         in_vars = tuple(as_variable(x) for x in inputs)
-        arrays = tuple(x.array for x in in_vars)
-        if arrays and isinstance(arrays[0], numpy.ndarray):
-            with backend.cpu_kernel_scope():
-                outputs = self.forward(arrays)
-        else:
-            outputs = self.forward(arrays)
+        outputs = self.forward(tuple(x.array for x in in_vars))
         if not isinstance(outputs, tuple):
             raise TypeError('{}.forward must return a tuple of arrays, got {}'
                             .format(self.label, type(outputs).__name__))

@@ -1,4 +1,4 @@
-"""Link and Chain (ChainList, Sequential: chainlist.py): parameters in layers.
+"""Link, Chain, ChainList and Sequential: parameters in layers.
 
 A Link owns Parameters and persistent values (non-trainable state such as
 batch-norm running statistics); a Chain or ChainList also owns child links.
@@ -7,29 +7,18 @@ Everything is registered by attribute assignment inside ``init_scope()``.
 Every enumeration that other processes must agree on (``namedparams``,
 ``namedlinks``, ``namedpersistents``) is sorted by full path, never taken from
 a set or dict of names: data-parallel training packs gradients in this order.
+
+The four classes stay in one file, as Chainer keeps Link, Chain and ChainList
+(a ChainList file would import Link and be imported back); how arrays are
+copied and moved across host and devices is ``_link_arrays.py``.
 """
 import contextlib
 import warnings
 
 import numpy
 
-from minichain import backend
+from minichain import _link_arrays, backend
 from minichain.variable import Parameter
-
-
-def _copy_into(dst, src, where):
-    """Copy array ``src`` into ``dst`` in place, across host and devices."""
-    if dst.shape != src.shape:
-        raise ValueError('{}: shape {} does not match the destination shape '
-                         '{}'.format(where, src.shape, dst.shape))
-    dev = backend.get_device_id(dst)
-    if dev < 0:
-        numpy.copyto(dst, backend.to_cpu(src), casting='unsafe')
-    else:
-        if backend.get_device_id(src) != dev:
-            src = backend.to_gpu(backend.to_cpu(src), dev)
-        with backend.cuda_device(dev):
-            dst[...] = src
 
 
 class Link:
@@ -235,36 +224,7 @@ class Link:
             ValueError: a path is missing in ``other``, a source parameter is
                 uninitialized while this one is not, or shapes differ.
         """
-        src = dict(other.namedparams())
-        where = '{}.copyparams'.format(type(self).__name__)
-        for path, dst in self.namedparams():
-            if path not in src:
-                raise ValueError('{}: {} has no parameter {}'.format(
-                    where, type(other).__name__, path))
-            s = src[path]
-            if not s.is_initialized:
-                if dst.is_initialized:
-                    raise ValueError('{}: source parameter {} is not '
-                                     'initialized'.format(where, path))
-                continue
-            if not dst.is_initialized:
-                dst.initialize(s.shape)
-            _copy_into(dst.array, s.array, '{} ({})'.format(where, path))
-        if not copy_persistent:
-            return
-        others = dict(other.namedlinks())
-        for path, link in self.namedlinks():
-            for name in link._persistent:
-                full = ('' if path == '/' else path) + '/' + name
-                if path not in others or name not in others[path]._persistent:
-                    raise ValueError('{}: {} has no persistent {}'.format(
-                        where, type(other).__name__, full))
-                value = getattr(others[path], name)
-                mine = getattr(link, name)
-                if backend.is_array(mine):
-                    _copy_into(mine, value, '{} ({})'.format(where, full))
-                else:
-                    setattr(link, name, value)
+        _link_arrays.copy_params(self, other, copy_persistent)
 
     # -- devices --------------------------------------------------------------
     @property
@@ -280,29 +240,14 @@ class Link:
     def to_cpu(self):
         """Move parameters, gradients and persistents to the host, in place.
         Returns self."""
-        for link in self.links():
-            for _, param in link._own_params():
-                param.to_cpu()
-            for name in link._persistent:
-                value = getattr(link, name)
-                if backend.is_array(value):
-                    setattr(link, name, backend.to_cpu(value))
-            link._device_id = -1
+        _link_arrays.move(self, -1)
         return self
 
     def to_gpu(self, device=None):
         """Move parameters, gradients and persistents to the GPU ``device``
         (None = the current one), in place. Uninitialized parameters are
         created there later. Returns self."""
-        device_id = backend.cuda_device(device).id
-        for link in self.links():
-            for _, param in link._own_params():
-                param.to_gpu(device_id)
-            for name in link._persistent:
-                value = getattr(link, name)
-                if backend.is_array(value):
-                    setattr(link, name, backend.to_gpu(value, device_id))
-            link._device_id = device_id
+        _link_arrays.move(self, backend.cuda_device(device).id)
         return self
 
     # -- serialization and calling --------------------------------------------
@@ -314,8 +259,8 @@ class Link:
             if not param.is_initialized and data is not None:
                 # Loading into a lazily initialized parameter.
                 param.initialize(data.shape)
-                _copy_into(param.array, data, '{}.serialize ({})'.format(
-                    type(self).__name__, name))
+                _link_arrays.copy_into(param.array, data, '{}.serialize ({})'
+                                       .format(type(self).__name__, name))
         for name in self._persistent:
             setattr(self, name, serializer(name, getattr(self, name)))
         for name, child in self._named_children():
@@ -409,6 +354,90 @@ class Chain(Link):
         return [(n, self.__dict__[n]) for n in self._children]
 
 
-# ChainList and Sequential live in their own file to keep this one short;
-# importing them here keeps ``from minichain.link import ...`` complete.
-from minichain.chainlist import ChainList, Sequential  # noqa: E402,F401
+class ChainList(Link):
+    """A link holding an ordered list of child links, named '0', '1', ...
+
+    Args:
+        links: initial children, appended in order.
+    """
+
+    def __init__(self, *links):
+        super().__init__()
+        self._children = []
+        for link in links:
+            self.append(link)
+
+    def append(self, link):
+        """Add ``link`` as the next child."""
+        if not isinstance(link, Link):
+            raise TypeError('{}.append: expected a Link, got {}'.format(
+                type(self).__name__, type(link).__name__))
+        link.name = str(len(self._children))
+        self._children.append(link)
+
+    def add_link(self, link):
+        """Chainer's name for ``append``."""
+        self.append(link)
+
+    def __getitem__(self, index):
+        return self._children[index]
+
+    def __len__(self):
+        return len(self._children)
+
+    def __iter__(self):
+        return iter(self._children)
+
+    def _named_children(self):
+        return [(str(i), c) for i, c in enumerate(self._children)]
+
+
+class Sequential(ChainList):
+    """Layers called one after another: ``Sequential(l1, F.relu, l2)(x)``.
+
+    Args:
+        layers: links (registered as children '0', '1', ... in order of
+            appearance among the links) or plain callables such as
+            ``F.relu`` (called, not registered).
+    """
+
+    def __init__(self, *layers):
+        super().__init__()
+        self._layers = []
+        for layer in layers:
+            self.append(layer)
+
+    def append(self, layer):
+        """Add ``layer`` (a link or a callable) at the end."""
+        if isinstance(layer, Link):
+            super().append(layer)
+        elif not callable(layer):
+            raise TypeError('Sequential: a layer must be a Link or a '
+                            'callable, got {}'.format(type(layer).__name__))
+        self._layers.append(layer)
+
+    def __getitem__(self, index):
+        return self._layers[index]
+
+    def __len__(self):
+        return len(self._layers)
+
+    def __iter__(self):
+        return iter(self._layers)
+
+    def forward(self, *args):
+        """Feed ``args`` to the first layer and each output to the next."""
+        if not self._layers:
+            raise ValueError('Sequential.forward: no layers')
+        out = self._layers[0](*args)
+        for layer in self._layers[1:]:
+            out = layer(out)
+        return out
+
+    def __repr__(self):
+        lines = ['Sequential(']
+        for i, layer in enumerate(self._layers):
+            body = repr(layer) if isinstance(layer, Link) else getattr(
+                layer, '__name__', repr(layer))
+            lines.append('  ({}): {},'.format(i, body.replace('\n', '\n  ')))
+        return '\n'.join(lines) + '\n)'

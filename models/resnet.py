@@ -35,7 +35,29 @@ def _conv(in_ch, out_ch, ksize, stride=1, pad=0):
                            nobias=True, initialW=initializers.HeNormal())
 
 
-class BasicBlock(minichain.Chain):
+class _ResidualBlock(minichain.Chain):
+    """``relu(residual(x) + shortcut(x))``: the shortcut is the identity, or
+    a 1x1 convolution and batch norm (``proj``, ``bn_proj``) where the
+    block changes the shape. Subclasses build ``residual``'s layers in
+    ``__init__`` and then call :meth:`add_shortcut`."""
+
+    def add_shortcut(self, in_ch, out_ch, stride):
+        """Register the projection when stride or channels change."""
+        if stride != 1 or in_ch != out_ch:
+            with self.init_scope():
+                self.proj = _conv(in_ch, out_ch, 1, stride)
+                self.bn_proj = L.BatchNormalization(out_ch)
+
+    def shortcut(self, x):
+        if hasattr(self, 'proj'):
+            return self.bn_proj(self.proj(x))
+        return x
+
+    def forward(self, x):
+        return F.relu(self.residual(x) + self.shortcut(x))
+
+
+class BasicBlock(_ResidualBlock):
     """Two 3x3 convolutions (ResNet-18/34); ``expansion`` = 1."""
 
     expansion = 1
@@ -48,30 +70,20 @@ class BasicBlock(minichain.Chain):
             self.bn1 = L.BatchNormalization(mid_ch)
             self.conv2 = _conv(mid_ch, out_ch, 3, 1, 1)
             self.bn2 = L.BatchNormalization(out_ch)
-            if stride != 1 or in_ch != out_ch:
-                self.proj = _conv(in_ch, out_ch, 1, stride)
-                self.bn_proj = L.BatchNormalization(out_ch)
+        self.add_shortcut(in_ch, out_ch, stride)
 
     def residual(self, x):
         h = F.relu(self.bn1(self.conv1(x)))
         return self.bn2(self.conv2(h))
 
-    def shortcut(self, x):
-        if hasattr(self, 'proj'):
-            return self.bn_proj(self.proj(x))
-        return x
 
-    def forward(self, x):
-        return F.relu(self.residual(x) + self.shortcut(x))
-
-
-class Bottleneck(BasicBlock):
+class Bottleneck(_ResidualBlock):
     """1x1 reduce, 3x3 (carrying the stride), 1x1 expand by 4."""
 
     expansion = 4
 
     def __init__(self, in_ch, mid_ch, stride=1):
-        minichain.Chain.__init__(self)
+        super().__init__()
         out_ch = mid_ch * self.expansion
         with self.init_scope():
             self.conv1 = _conv(in_ch, mid_ch, 1)
@@ -80,9 +92,7 @@ class Bottleneck(BasicBlock):
             self.bn2 = L.BatchNormalization(mid_ch)
             self.conv3 = _conv(mid_ch, out_ch, 1)
             self.bn3 = L.BatchNormalization(out_ch)
-            if stride != 1 or in_ch != out_ch:
-                self.proj = _conv(in_ch, out_ch, 1, stride)
-                self.bn_proj = L.BatchNormalization(out_ch)
+        self.add_shortcut(in_ch, out_ch, stride)
 
     def residual(self, x):
         h = F.relu(self.bn1(self.conv1(x)))

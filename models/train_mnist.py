@@ -194,4 +194,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
+    minichain.host.tune_malloc()  # reuse freed buffers (minichain.host)
     main()

@@ -46,7 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from minichain import backend, dist, initializers  # noqa: E402
 from minichain import links as L  # noqa: E402
 from minichain import optimizer_hooks, optimizers, serializers  # noqa
-from minichain import training  # noqa: E402
+from minichain import host, training  # noqa: E402
 from minichain.iterators import MultiprocessIterator  # noqa: E402
 from minichain.iterators import SerialIterator  # noqa: E402
 from minichain.training import extensions  # noqa: E402
@@ -419,4 +419,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
+    host.tune_malloc()  # reuse freed activation buffers (minichain.host)
     sys.exit(main())

@@ -1,4 +1,5 @@
 """The package imports and works on a machine without CuPy and without MPI."""
+import os
 import subprocess
 import sys
 import textwrap
@@ -47,3 +48,39 @@ def test_public_names():
         assert hasattr(minichain, name), name
     from minichain.gradient_check import (  # noqa: F401
         check_backward, check_double_backward, numerical_grad)
+
+
+# Where CuPy is not installed, a `cupy` package that records any attempt to
+# import it stands first on sys.path, so that "not imported" also means
+# "not even tried" (a failed import leaves nothing in sys.modules).
+_POISON = ('import os\n'
+           'open(os.environ["CUPY_TRIED"], "w").close()\n'
+           'raise ImportError("minichain tried to import cupy")\n')
+_LAZY_CODE = textwrap.dedent('''
+    import sys
+    import numpy
+    import minichain
+    import minichain.functions as F
+    from minichain import dist, links as L
+    dist.create_multi_node_optimizer; dist.scatter_dataset
+    dist.MultiNodeBatchNormalization
+    import minichain.dist.testing
+    x = minichain.Variable(numpy.ones((2, 3), numpy.float32))
+    F.sum(F.relu(L.Linear(3, 2)(x))).backward()
+    print('mpi4py' in sys.modules, 'cupy' in sys.modules)
+''')
+
+
+def test_import_does_not_load_mpi4py_or_cupy(tmp_path):
+    import importlib.util
+    env = dict(os.environ, CUPY_TRIED=str(tmp_path / 'tried'))
+    if importlib.util.find_spec('cupy') is None:
+        (tmp_path / 'cupy').mkdir()
+        (tmp_path / 'cupy' / '__init__.py').write_text(_POISON)
+        env['PYTHONPATH'] = os.pathsep.join(
+            [str(tmp_path)] + [p for p in [os.environ.get('PYTHONPATH')] if p])
+    result = subprocess.run([sys.executable, '-c', _LAZY_CODE], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ['False', 'False']
+    assert not (tmp_path / 'tried').exists(), 'import minichain tried cupy'

@@ -4,6 +4,7 @@ One family file each; a family lists its public names in ``__all__``.
 """
 from minichain.functions.basic_math import *  # noqa: F401,F403
 from minichain.functions.array import *  # noqa: F401,F403
+from minichain.functions.join import *  # noqa: F401,F403
 from minichain.functions.reduction import *  # noqa: F401,F403
 from minichain.functions.math import *  # noqa: F401,F403
 from minichain.functions.activation import *  # noqa: F401,F403

@@ -3,6 +3,8 @@
 A bad shape caught here gives ``matmul: inner dimensions differ: (2, 3) @ (4, 5)``
 instead of a NumPy traceback from deep inside a forward.
 """
+import numpy
+
 from minichain import backend
 
 
@@ -41,6 +43,34 @@ def check_broadcastable(func_name, *shapes):
             raise ValueError('{}: shapes {} cannot be broadcast together'
                              .format(func_name,
                                      ' and '.join(str(s) for s in shapes)))
+
+
+def check_binary(func_name, a, b, check=check_array,
+                 names=('first operand', 'second operand')):
+    """The checks of a broadcasting binary op on Variables or ndarrays:
+    ``check`` on each operand (``check_array`` or ``check_float``), one
+    dtype, broadcastable shapes."""
+    a, b = unwrap(a), unwrap(b)
+    check(func_name, a, names[0])
+    check(func_name, b, names[1])
+    check_same_dtype(func_name, a, b)
+    check_broadcastable(func_name, a.shape, b.shape)
+
+
+def check_int_axis(func_name, axis):
+    """Raise TypeError unless ``axis`` is an int (not a bool)."""
+    if not isinstance(axis, (int, numpy.integer)) or isinstance(axis, bool):
+        raise TypeError('{}: axis must be an int, got {!r}'
+                        .format(func_name, axis))
+
+
+def check_axis(func_name, axis, ndim, shape):
+    """Validate an int axis of an input of ``shape``; return it normalised."""
+    check_int_axis(func_name, axis)
+    if not -ndim <= axis < ndim:
+        raise ValueError('{}: axis {} is out of range for shape {}'
+                         .format(func_name, axis, shape))
+    return int(axis) % ndim
 
 
 def normalize_axis(func_name, axis, ndim):

@@ -15,7 +15,9 @@ cache (a small col buffer reused across calls never page-faults); when
 oh*ow is large a chunk is one image and the product writes straight into
 the NCHW output, with no transposition at all, and an image whose columns
 are still too big is built and multiplied in bands of output rows. The
-chunks are shared out over the op's threads (``_parallel.over_chunks``).
+chunks are shared out over the kernel's threads (``_parallel.over_chunks``;
+``conv_forward``, ``conv_grad_w`` and ``deconv_forward`` run inside
+:func:`minichain.host.cpu_kernel_scope`).
 On the GPU one chunk holds the whole batch (one big cuBLAS product).
 
 Transposing a large matrix in NumPy costs 1-4 ns per element (a 2048x512
@@ -29,15 +31,15 @@ import threading
 import numpy
 from numpy.lib.stride_tricks import as_strided
 
-from minichain import backend
+from minichain import backend, host
 from minichain.functions import _parallel
 
 Geometry = collections.namedtuple(
     'Geometry', 'kh kw sy sx ph pw dy dx h w oh ow')
 
-# Columns of one chunk: at least this many for an efficient GEMM (measured:
-# OpenBLAS reaches ~90% of its peak from about 400-800 columns; 512 gave the
-# fastest ResNet-50 convolutions, since bigger chunks cost transpositions) ...
+# Columns of one chunk: at least this many for an efficient GEMM (OpenBLAS
+# nears its peak from a few hundred columns; bigger chunks cost
+# transpositions) ...
 _MIN_COLUMNS = 512
 # ... and a col chunk of at most this many bytes, so that it stays in L3.
 _CHUNK_BYTES = 8 << 20
@@ -45,8 +47,8 @@ _CHUNK_BYTES = 8 << 20
 _FLIP_MIN_COLUMNS = 4096
 # One image's columns above this many bytes are built and multiplied in
 # bands of output rows, so that a band is still in cache when its product
-# reads it: a one-thread step ran 4-7% faster with 2 MiB bands than with
-# whole images (up to 7 MiB of columns at 224 px); two threads, no change.
+# reads it (an image at 224 px has up to 7 MiB of columns). The figures
+# behind these constants: bench/README.md.
 _BAND_BYTES = 2 << 20
 
 
@@ -266,6 +268,7 @@ def _store_chunk(y, n0, n1, prod):
               prod.reshape(o, b, -1).transpose(1, 0, 2))
 
 
+@host.cpu_kernel
 def conv_forward(x, W, g, groups):
     """y = conv(x, W) without bias; x (N, C, h, w), W (O, C/G, kh, kw)."""
     xp = backend.get_array_module(x)
@@ -290,6 +293,7 @@ def conv_forward(x, W, g, groups):
     return y
 
 
+@host.cpu_kernel
 def conv_grad_w(x, gy, g, groups, w_shape):
     """dL/dW of y = conv(x, W) from x and gy = dL/dy; returns w_shape."""
     xp = backend.get_array_module(x)
@@ -298,10 +302,9 @@ def conv_grad_w(x, gy, g, groups, w_shape):
     p = g.oh * g.ow
     k = c // groups * g.kh * g.kw
     # OpenBLAS runs a product faster when the longer side of the result is
-    # its rows: 6-16% for ResNet-50's early layers (13% for gW 64 x 576
-    # over 25,088 columns). Those accumulate gW^T (k, O) and transpose it
-    # once at the end, which pays only while the summed columns dwarf that
-    # copy.
+    # its rows, as in ResNet-50's early layers (gW 64 x 576 over 25,088
+    # columns). Those accumulate gW^T (k, O) and transpose it once at the
+    # end, which pays only while the summed columns dwarf that copy.
     flip = xp is numpy and o // groups < k and n * p >= _FLIP_MIN_COLUMNS
     per_image = c * g.kh * g.kw * p * x.dtype.itemsize
 
@@ -339,6 +342,7 @@ def _flipped_weight(W, groups):
         wf[:, :, :, ::-1, ::-1]).reshape(groups * cg, o // groups, kh, kw)
 
 
+@host.cpu_kernel
 def deconv_forward(x, W, g, groups):
     """The transpose of conv_forward: x (N, O, oh, ow) -> y (N, C, h, w).
 

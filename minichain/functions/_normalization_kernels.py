@@ -9,11 +9,13 @@ formulas below are arranged to need few passes and to write into buffers
 they already own. Per-channel sums use BLAS (a matrix-vector product with a
 vector of ones, a batched dot product), which reads the array once without
 temporaries and is several times faster than ``ndarray.sum`` over axes
-(0, 2, 3) of an NCHW array.
+(0, 2, 3) of an NCHW array. ``cpu_forward``, ``cpu_backward`` and ``affine``
+run inside :func:`minichain.host.cpu_kernel_scope`: the BLAS sums on one
+thread, the elementwise passes split over the kernel's threads.
 """
 import numpy
 
-from minichain import backend
+from minichain import backend, host
 from minichain.functions import _parallel
 
 # When the mean is large against the standard deviation, E[x^2] - mean^2
@@ -125,6 +127,7 @@ def _wide(*arrays):
     return [a.astype(numpy.float32) for a in arrays]
 
 
+@host.cpu_kernel
 def cpu_forward(x, gamma, beta, eps, lay):
     """Training forward on NumPy.
 
@@ -162,6 +165,7 @@ def cpu_forward(x, gamma, beta, eps, lay):
     return y, mean, var, inv_std, xc is not None
 
 
+@host.cpu_kernel
 def cpu_backward(x, gamma, gy, mean, inv_std, centered, lay):
     """Fused gradients ``(gx, ggamma, gbeta)`` on NumPy (textbook formula).
 
@@ -271,6 +275,7 @@ def gpu_backward(x, gamma, gy, mean, inv_std, centered, lay):
     return gx, ggamma.astype(gamma.dtype), gbeta.astype(gamma.dtype)
 
 
+@host.cpu_kernel
 def affine(x, mean, scale, beta, lay):
     """``(x - mean) * scale + beta`` with channel arrays broadcast (one
     fused kernel on CuPy, two passes on NumPy)."""

@@ -1,23 +1,22 @@
 """CPU work split over minichain's own threads: products and elementwise.
 
-Products. Inside an op the BLAS runs on one thread
-(:func:`minichain.backend.cpu_kernel_scope`) and the work is shared out here
-instead: a convolution's image chunks go to the threads in contiguous runs
+The kernels (``_cpu_kernels.py``, ``_im2col.py``,
+``_normalization_kernels.py``) call these inside
+:func:`minichain.host.cpu_kernel_scope`, which keeps the BLAS on one thread
+and tells how many threads the kernel may use (the BLAS's count on entry).
+
+Products. A convolution's image chunks go to the threads in contiguous runs
 (:func:`over_chunks`: each thread builds its own columns and multiplies
 them, so the column copies run in parallel too, where BLAS threads would
 leave them to one core), and a lone large product is cut into row blocks
-(:func:`matmul`). The thread count is what the BLAS had on entering the op
-(:func:`minichain.backend.set_blas_threads`; one per rank under MPI).
+(:func:`matmul`).
 
-Elementwise. NumPy runs every ufunc on one core, so on a small machine the
-elementwise part of a training step (batch normalization, ReLU, additions:
-about a sixth of a ResNet-50 step) stays serial. NumPy releases the GIL
+Elementwise. NumPy runs every ufunc on one core, but it releases the GIL
 inside its loops over contiguous arrays, so cutting an array into row
-blocks and running the blocks on a few threads does use the other cores.
-The thread count there is
-:func:`minichain.backend.host_threads` (the op's count unless set with
-:func:`minichain.backend.set_host_threads` or ``MINICHAIN_HOST_THREADS``;
-see there why). Only NumPy arrays come here; CuPy has its own kernels.
+blocks and running the blocks on a few threads does use the other cores
+(:func:`split_rows`, :func:`elementwise`; how many:
+:func:`minichain.host.host_threads`). Only NumPy arrays come here; CuPy has
+its own kernels.
 """
 import concurrent.futures
 import os
@@ -25,7 +24,7 @@ import threading
 
 import numpy
 
-from minichain import backend
+from minichain import backend, host
 
 # Below this many bytes a block costs less than handing it to a thread.
 _MIN_BYTES = 1 << 20
@@ -74,7 +73,7 @@ def split_rows(fn, rows, nbytes):
         nbytes: bytes the whole call reads and writes.
     """
     n = 1 if getattr(_local, 'busy', False) else min(
-        backend.host_threads(), rows, max(1, nbytes // _MIN_BYTES))
+        host.host_threads(), rows, max(1, nbytes // _MIN_BYTES))
     if n < 2:
         fn(slice(0, rows))
         return
@@ -104,7 +103,7 @@ def product_threads():
     (no nesting), else the current op's count."""
     if getattr(_local, 'busy', False):
         return 1
-    return backend.cpu_kernel_threads()
+    return host.cpu_kernel_threads()
 
 
 def _even_slices(length, n):

@@ -5,11 +5,9 @@ Where the output determines the derivative (relu, sigmoid, tanh, softmax,
 log_softmax) backward reads the retained *output*, so the input can be freed
 as soon as the next layer has consumed it.
 """
-import numpy
-
 from minichain import backend
 from minichain.function_node import FunctionNode
-from minichain.functions import _parallel
+from minichain.functions import _cpu_kernels
 from minichain.functions import math as _math
 from minichain.functions import reduction as _reduction
 from minichain.functions._check import check_float, normalize_axis, unwrap
@@ -50,13 +48,10 @@ class ReLU(FunctionNode):
     def forward(self, inputs):
         x, = inputs
         self.retain_outputs((0,))
+        if _cpu_kernels.fits(x):
+            return _cpu_kernels.relu(x),  # max(x, 0) on the op's threads
         xp = backend.get_array_module(x)
-        zero = x.dtype.type(0)
-        if xp is numpy:
-            return _parallel.elementwise(
-                lambda o, a: numpy.maximum(a, zero, out=o),
-                numpy.empty_like(x), x),
-        return xp.maximum(x, zero),
+        return xp.maximum(x, x.dtype.type(0)),
 
     def backward(self, indexes, grad_outputs):
         y, = self.get_retained_outputs()
@@ -73,9 +68,8 @@ class ReLUGrad(FunctionNode):
     def forward(self, inputs):
         self.retain_inputs((0,))
         y, gy = inputs
-        if backend.get_array_module(gy) is numpy and y.shape == gy.shape:
-            return _parallel.elementwise(_relu_grad_kernel,
-                                         numpy.empty_like(gy), y, gy),
+        if _cpu_kernels.fits(y, gy):
+            return _cpu_kernels.relu_grad(y, gy),  # on the op's threads
         return gy * (y > 0),
 
     def backward(self, indexes, grad_outputs):
@@ -83,13 +77,6 @@ class ReLUGrad(FunctionNode):
         ggx, = grad_outputs
         return tuple(None if i == 0 else ReLUGrad().apply((y, ggx))[0]
                      for i in indexes)
-
-
-def _relu_grad_kernel(out, y, gy):
-    # The mask lands in out as 0/1 and is scaled in place: no bool temporary
-    # and no mixed-type multiply.
-    numpy.greater(y, 0, out=out)
-    numpy.multiply(out, gy, out=out)
 
 
 def _check_input(name, x):

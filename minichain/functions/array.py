@@ -7,11 +7,11 @@ import numpy
 
 from minichain import backend
 from minichain.function_node import FunctionNode
-from minichain.functions._check import check_array, normalize_axis, unwrap
+from minichain.functions._check import (check_array, check_int_axis,
+                                        normalize_axis, unwrap)
 
 __all__ = ['broadcast_to', 'sum_to', 'reshape', 'transpose', 'get_item',
-           'expand_dims', 'flatten', 'squeeze', 'concat', 'stack',
-           'split_axis']
+           'expand_dims', 'flatten', 'squeeze']
 
 
 def _sum_to_array(x, shape):
@@ -176,7 +176,7 @@ def expand_dims(x, axis):
     """Insert an axis of length 1 at ``axis`` (output has ndim + 1 axes)."""
     xa = unwrap(x)
     check_array('expand_dims', xa, 'x')
-    _check_int_axis('expand_dims', axis)
+    check_int_axis('expand_dims', axis)
     if not -xa.ndim - 1 <= axis <= xa.ndim:
         raise ValueError('expand_dims: axis {} is out of range for shape {}'
                          .format(axis, xa.shape))
@@ -258,21 +258,6 @@ def _identity(x):
     return Identity().apply((x,))[0]
 
 
-def _check_int_axis(func_name, axis):
-    if not isinstance(axis, (int, numpy.integer)) or isinstance(axis, bool):
-        raise TypeError('{}: axis must be an int, got {!r}'
-                        .format(func_name, axis))
-
-
-def _check_axis(func_name, axis, ndim, shape):
-    """Validate an int axis of an input of ``shape``; return it normalised."""
-    _check_int_axis(func_name, axis)
-    if not -ndim <= axis < ndim:
-        raise ValueError('{}: axis {} is out of range for shape {}'
-                         .format(func_name, axis, shape))
-    return int(axis) % ndim
-
-
 class Flatten(FunctionNode):
     def forward(self, inputs):
         x, = inputs
@@ -328,9 +313,3 @@ def squeeze(x, axis=None):
         raise ValueError('squeeze: axis {} of shape {} does not have length 1'
                          .format(bad[0], xa.shape))
     return Squeeze(axis).apply((x,))[0]
-
-
-# concat, stack and split_axis live in _array_join.py to keep this file short.
-# Imported last: that module builds on reshape and the axis checks above.
-from minichain.functions._array_join import (  # noqa: E402
-    concat, split_axis, stack)

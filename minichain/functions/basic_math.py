@@ -8,10 +8,9 @@ import numpy
 from minichain import backend
 from minichain.function_node import FunctionNode
 from minichain.variable import Variable, as_array
-from minichain.functions import _parallel
+from minichain.functions import _cpu_kernels
 from minichain.functions import array as _array
-from minichain.functions._check import (check_array, check_broadcastable,
-                                        check_same_dtype)
+from minichain.functions._check import check_array, check_binary
 
 __all__ = ['add', 'sub', 'mul', 'div', 'neg', 'pow', 'matmul']
 
@@ -25,11 +24,8 @@ class Add(FunctionNode):
     def forward(self, inputs):
         a, b = inputs
         self.shapes = (a.shape, b.shape)
-        if (a.shape == b.shape and a.dtype == b.dtype
-                and backend.get_array_module(a, b) is numpy):
-            return _parallel.elementwise(
-                lambda o, u, v: numpy.add(u, v, out=o),
-                numpy.empty(a.shape, a.dtype), a, b),
+        if _cpu_kernels.fits(a, b):
+            return _cpu_kernels.add(a, b),  # a + b on the op's threads
         return a + b,
 
     def backward(self, indexes, grad_outputs):
@@ -131,7 +127,9 @@ class MatMul(FunctionNode):
     def forward(self, inputs):
         self.retain_inputs((0, 1))
         a, b = inputs
-        return _parallel.matmul(a, b),
+        if isinstance(a, numpy.ndarray):
+            return _cpu_kernels.matmul(a, b),  # a @ b on the op's threads
+        return a @ b,
 
     def backward(self, indexes, grad_outputs):
         a, b = self.get_retained_inputs()
@@ -162,16 +160,6 @@ def _swap_last(x):
     return _array.transpose(x, axes)
 
 
-def _binary(name, cls, a, b):
-    a_arr = a.array if isinstance(a, Variable) else a
-    b_arr = b.array if isinstance(b, Variable) else b
-    check_array(name, a_arr, 'first operand')
-    check_array(name, b_arr, 'second operand')
-    check_same_dtype(name, a_arr, b_arr)
-    check_broadcastable(name, a_arr.shape, b_arr.shape)
-    return cls().apply((a, b))[0]
-
-
 def add(a, b):
     """Elementwise ``a + b`` with NumPy broadcasting.
 
@@ -185,22 +173,26 @@ def add(a, b):
         TypeError when the dtypes differ; ValueError naming both shapes when
         they do not broadcast.
     """
-    return _binary('add', Add, a, b)
+    check_binary('add', a, b)
+    return Add().apply((a, b))[0]
 
 
 def sub(a, b):
     """Elementwise ``a - b`` with broadcasting (shapes as in :func:`add`)."""
-    return _binary('sub', Sub, a, b)
+    check_binary('sub', a, b)
+    return Sub().apply((a, b))[0]
 
 
 def mul(a, b):
     """Elementwise ``a * b`` with broadcasting (shapes as in :func:`add`)."""
-    return _binary('mul', Mul, a, b)
+    check_binary('mul', a, b)
+    return Mul().apply((a, b))[0]
 
 
 def div(a, b):
     """Elementwise ``a / b`` with broadcasting (shapes as in :func:`add`)."""
-    return _binary('div', Div, a, b)
+    check_binary('div', a, b)
+    return Div().apply((a, b))[0]
 
 
 def neg(x):
@@ -221,7 +213,8 @@ def pow(a, b):
         check_array('pow', getattr(a, 'array', a), 'base')
         return PowConst(b.item() if isinstance(b, numpy.generic) else b
                         ).apply((a,))[0]
-    return _binary('pow', Pow, a, b)
+    check_binary('pow', a, b)
+    return Pow().apply((a, b))[0]
 
 
 def matmul(a, b):

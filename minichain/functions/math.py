@@ -11,8 +11,7 @@ from minichain import backend
 from minichain.function_node import FunctionNode
 from minichain.variable import Variable
 from minichain.functions import array as _array
-from minichain.functions._check import (check_broadcastable, check_float,
-                                        check_same_dtype, unwrap)
+from minichain.functions._check import check_binary, check_float, unwrap
 
 __all__ = ['exp', 'log', 'sqrt', 'square', 'absolute', 'maximum', 'minimum',
            'clip']
@@ -200,15 +199,6 @@ def absolute(x):
     return _unary('absolute', Absolute, x)
 
 
-def _binary(name, cls, x1, x2):
-    a, b = unwrap(x1), unwrap(x2)
-    check_float(name, a, 'x1')
-    check_float(name, b, 'x2')
-    check_same_dtype(name, a, b)
-    check_broadcastable(name, a.shape, b.shape)
-    return cls().apply((x1, x2))[0]
-
-
 def maximum(x1, x2):
     """Elementwise maximum of two arrays, ``y = max(x1, x2)``.
 
@@ -220,7 +210,8 @@ def maximum(x1, x2):
         Variable of the broadcast shape. The gradient goes to ``x1`` where
         ``x1 >= x2`` and to ``x2`` elsewhere.
     """
-    return _binary('maximum', Maximum, x1, x2)
+    check_binary('maximum', x1, x2, check_float, ('x1', 'x2'))
+    return Maximum().apply((x1, x2))[0]
 
 
 def minimum(x1, x2):
@@ -232,7 +223,8 @@ def minimum(x1, x2):
         Variable of the broadcast shape. The gradient goes to ``x1`` where
         ``x1 <= x2`` and to ``x2`` elsewhere.
     """
-    return _binary('minimum', Minimum, x1, x2)
+    check_binary('minimum', x1, x2, check_float, ('x1', 'x2'))
+    return Minimum().apply((x1, x2))[0]
 
 
 def clip(x, x_min, x_max):

@@ -1,8 +1,6 @@
 """Stochastic gradient descent with (heavy-ball) momentum."""
-import numpy
-
 from minichain import backend, optimizer
-from minichain.functions import _parallel
+from minichain.functions import _cpu_kernels
 
 __all__ = ['MomentumSGD']
 
@@ -15,21 +13,15 @@ class MomentumSGDRule(optimizer.UpdateRule):
     def update_core(self, param):
         hp = self.hyperparam
         grad, v = param.grad, self.state['v']
-        xp = backend.get_array_module(grad)
-        tmp = self.workspace.get(grad)
-        if xp is numpy:
-            # big weights: the four passes run on row blocks in parallel
-            mom, lr = hp.momentum, hp.lr
-
-            def kernel(p, v, g, t):
-                numpy.multiply(v, mom, out=v)
-                v -= numpy.multiply(g, lr, out=t)
-                p += v
-            _parallel.elementwise(kernel, param.array, v, grad, tmp)
+        tmp = self.workspace.get(grad)  # scratch for lr * grad
+        if _cpu_kernels.fits(param.array, v, grad):
+            _cpu_kernels.momentum_sgd(param.array, v, grad, tmp, hp.lr,
+                                      hp.momentum)  # the same, by row blocks
             return
-        v *= hp.momentum
+        xp = backend.get_array_module(grad)
+        v *= hp.momentum                        # v = momentum * v - lr * g
         v -= xp.multiply(grad, hp.lr, out=tmp)
-        param.array += v
+        param.array += v                        # param = param + v
 
 
 class MomentumSGD(optimizer.GradientMethod):

@@ -3,7 +3,7 @@ gradients (first and second order), fused versus composite, errors, GPU."""
 import numpy
 import pytest
 
-from minichain import Variable, backend
+from minichain import Variable, backend, host
 import minichain.functions as F
 from minichain.functions import _im2col, _parallel
 from minichain.functions.convolution import _convolution_2d_composite
@@ -113,13 +113,13 @@ def chunking(request, monkeypatch):
 def threads(request, monkeypatch):
     """Run the ops on this many threads of their own (the BLAS count that
     cpu_kernel_scope finds on entry), cutting even tiny products by rows."""
-    before = backend.get_blas_threads()
+    before = host.get_blas_threads()
     if before is None:
         pytest.skip('no OpenBLAS/MKL found: the thread count is not settable')
-    backend.set_blas_threads(request.param)
+    host.set_blas_threads(request.param)
     monkeypatch.setattr(_parallel, '_MIN_PRODUCT', 1)
     yield request.param
-    backend.set_blas_threads(before)
+    host.set_blas_threads(before)
 
 
 @pytest.mark.parametrize('case', CASES, ids=IDS)
@@ -164,9 +164,9 @@ def test_threads_split_images_then_rows(n, threads, monkeypatch):
         y.backward()
         return [y.array] + [v.grad for v in vs]
     got = run()
-    assert backend.get_blas_threads() == threads
+    assert host.get_blas_threads() == threads
     assert (max(splits, default=1) > 1) == (threads > 1)
-    backend.set_blas_threads(1)
+    host.set_blas_threads(1)
     for a, e in zip(got, run()):
         numpy.testing.assert_allclose(a, e, rtol=1e-12, atol=1e-12)
 

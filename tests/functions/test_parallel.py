@@ -4,14 +4,14 @@ import threading
 import numpy
 import pytest
 
-from minichain import Variable, backend
+from minichain import Variable, host
 from minichain import functions as F
 from minichain.functions import _parallel
 
 
 @pytest.fixture
 def two_threads(monkeypatch):
-    monkeypatch.setattr(backend, '_host_threads', 2)
+    monkeypatch.setattr(host, '_host_threads', 2)
     monkeypatch.setattr(_parallel, '_MIN_BYTES', 1)
 
 
@@ -27,7 +27,7 @@ def test_split_rows_covers_each_row_once_on_two_threads(two_threads):
 
 
 def test_split_rows_small_work_stays_on_the_caller(monkeypatch):
-    monkeypatch.setattr(backend, '_host_threads', 2)
+    monkeypatch.setattr(host, '_host_threads', 2)
     names = []
     _parallel.split_rows(
         lambda s: names.append((s, threading.current_thread().name)), 8, 10)
@@ -76,9 +76,9 @@ def test_split_batch_normalization_matches_serial(monkeypatch):
         y.grad = gy
         y.backward()
         return y.array, v.grad
-    monkeypatch.setattr(backend, '_host_threads', 1)
+    monkeypatch.setattr(host, '_host_threads', 1)
     ref = run()
-    monkeypatch.setattr(backend, '_host_threads', 2)
+    monkeypatch.setattr(host, '_host_threads', 2)
     monkeypatch.setattr(_parallel, '_MIN_BYTES', 1)
     for r, s in zip(ref, run()):
         numpy.testing.assert_array_equal(r, s)
@@ -88,7 +88,7 @@ def test_split_batch_normalization_matches_serial(monkeypatch):
 @pytest.fixture
 def op_threads(monkeypatch):
     """Pretend to be inside an op that may use three threads."""
-    monkeypatch.setattr(backend, 'cpu_kernel_threads', lambda: 3)
+    monkeypatch.setattr(host, 'cpu_kernel_threads', lambda: 3)
     monkeypatch.setattr(_parallel, '_MIN_PRODUCT', 1)
 
 
@@ -122,7 +122,7 @@ def test_no_nested_splits_inside_a_share(op_threads, two_threads):
 def test_over_chunks_one_chunk_or_one_thread_stays_on_the_caller(
         op_threads, monkeypatch):
     assert _parallel.over_chunks(lambda run: run, ['a']) == [['a']]
-    monkeypatch.setattr(backend, 'cpu_kernel_threads', lambda: 1)
+    monkeypatch.setattr(host, 'cpu_kernel_threads', lambda: 1)
     assert _parallel.over_chunks(lambda run: run, [1, 2]) == [[1, 2]]
 
 
@@ -157,7 +157,7 @@ def test_matmul_by_row_blocks_matches_numpy(op_threads, shapes):
 
 
 def _split_in_child(queue):
-    backend.cpu_kernel_threads = lambda: 2  # the child's own module state
+    host.cpu_kernel_threads = lambda: 2  # the child's own module state
     _parallel._MIN_PRODUCT = 1
     a = numpy.arange(12.0).reshape(4, 3)
     queue.put(_parallel.over_chunks(lambda run: sum(run), [1, 2, 3, 4]) +

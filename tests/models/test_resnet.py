@@ -3,7 +3,8 @@ import pytest
 
 import minichain
 from minichain import optimizers
-from models.resnet import ResNet, ResNet50, loss_and_accuracy
+from models.resnet import (BasicBlock, Bottleneck, ResNet, ResNet50,
+                           loss_and_accuracy)
 
 
 def test_resnet50_parameter_count_matches_reference():
@@ -57,3 +58,23 @@ def test_unknown_arch_and_stem_are_clear_errors():
         ResNet('resnet42')
     with pytest.raises(ValueError, match='stem'):
         ResNet('resnet18', stem='huge')
+
+
+@pytest.mark.parametrize('block,expansion,layers', [
+    (BasicBlock, 1, ['bn1', 'bn2', 'conv1', 'conv2']),
+    (Bottleneck, 4, ['bn1', 'bn2', 'bn3', 'conv1', 'conv2', 'conv3'])])
+def test_blocks_project_the_shortcut_only_when_the_shape_changes(
+        block, expansion, layers):
+    """Both blocks build through the shared residual-block base: the
+    projection exists exactly where stride or channels change, and the
+    output has mid * expansion channels."""
+    x = numpy.ones((1, 8, 6, 6), numpy.float32)
+    for stride, mid, projects in [(1, 8 // expansion, False), (2, 2, True),
+                                  (1, 4, True)]:
+        b = block(8, mid, stride)
+        names = sorted(n for n, _ in b.namedlinks(skipself=True))
+        extra = ['/bn_proj', '/proj'] if projects else []
+        assert names == sorted(['/' + n for n in layers] + extra)
+        with minichain.using_config('train', False):
+            y = b(x)
+        assert y.shape == (1, mid * expansion, 6 // stride, 6 // stride)

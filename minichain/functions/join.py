@@ -1,4 +1,4 @@
-"""Joining and splitting: concat, stack, split_axis (exported by array.py).
+"""Joining and splitting: concat, stack, split_axis.
 
 concat and split_axis are each other's backward; stack's backward splits
 and drops the stacked axis.
@@ -8,9 +8,12 @@ import numpy
 from minichain import backend
 from minichain.function_node import FunctionNode
 from minichain.variable import Variable
-from minichain.functions._check import check_array, check_same_dtype, unwrap
-from minichain.functions.array import (_check_axis, _check_int_axis,
-                                       reshape)
+from minichain.functions._check import (check_array, check_axis,
+                                        check_int_axis, check_same_dtype,
+                                        unwrap)
+from minichain.functions.array import reshape
+
+__all__ = ['concat', 'stack', 'split_axis']
 
 
 class Concat(FunctionNode):
@@ -54,7 +57,7 @@ def concat(xs, axis=1):
     if arrays[0].ndim == 0:
         raise ValueError('concat: inputs must have at least one axis, got '
                          'shape ()')
-    axis = _check_axis('concat', axis, arrays[0].ndim, shape0)
+    axis = check_axis('concat', axis, arrays[0].ndim, shape0)
     for a in arrays[1:]:
         if (a.ndim != len(shape0) or a.shape[:axis] != shape0[:axis]
                 or a.shape[axis + 1:] != shape0[axis + 1:]):
@@ -94,7 +97,7 @@ def stack(xs, axis=0):
     if any(a.shape != shape0 for a in arrays):
         raise ValueError('stack: all inputs must have one shape, got {}'
                          .format(', '.join(str(a.shape) for a in arrays)))
-    _check_int_axis('stack', axis)
+    check_int_axis('stack', axis)
     if not -len(shape0) - 1 <= axis <= len(shape0):
         raise ValueError('stack: axis {} is out of range for inputs of shape '
                          '{}'.format(axis, shape0))
@@ -141,7 +144,7 @@ def split_axis(x, indices_or_sections, axis):
     if xa.ndim == 0:
         raise ValueError('split_axis: x must have at least one axis, got '
                          'shape ()')
-    axis = _check_axis('split_axis', axis, xa.ndim, xa.shape)
+    axis = check_axis('split_axis', axis, xa.ndim, xa.shape)
     size = xa.shape[axis]
     if isinstance(indices_or_sections, (int, numpy.integer)):
         n = int(indices_or_sections)

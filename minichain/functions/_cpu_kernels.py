@@ -1,0 +1,84 @@
+"""CPU kernels: the fast NumPy versions of a few ops, on minichain's threads.
+
+An op states its mathematics in its own body (``Add.forward`` returns
+``a + b``) and calls a kernel here when its arrays fit one (:func:`fits`),
+as Chainer's ops keep a ``forward_cpu`` beside the ``forward_gpu`` that
+``_cuda_kernels.py`` serves. A kernel computes the same values as the
+plain NumPy expression: it only cuts the arrays into row blocks and runs
+the blocks on several threads (``_parallel.py``; how many: the BLAS's
+count, see :mod:`minichain.host`), with no temporaries beyond the output.
+
+Why these ops and not Sub, Mul or Div: NumPy runs a ufunc on one core, so
+the elementwise passes over a ResNet-50 step's activations (about a sixth
+of a step) stay serial unless split. The passes over whole activations are
+the residual additions (and the gradient sums, ``x.grad + gx``), ReLU and
+its gradient, batch normalization (``_normalization_kernels.py``) and the
+optimizer's update; ``bench/op_profile.py`` lists the time per op. Sub,
+Mul and Div meet small arrays there (per-channel statistics, the loss),
+where handing blocks to threads costs more than it saves, so they stay one
+NumPy call each; one of them would get a kernel here the same way when a
+model spends its time in it. The products (``MatMul``, ``linear``) come
+here too, so that the BLAS runs on one thread while minichain's threads
+share the product out.
+"""
+import numpy
+
+from minichain import host
+from minichain.functions import _parallel
+
+
+def fits(*arrays):
+    """True when every array is a NumPy array of one shape and dtype: what
+    the elementwise kernels here take."""
+    a = arrays[0]
+    return all(isinstance(b, numpy.ndarray) and b.shape == a.shape
+               and b.dtype == a.dtype for b in arrays)
+
+
+@host.cpu_kernel
+def add(a, b):
+    """``a + b`` (one shape and dtype) into a fresh array."""
+    return _parallel.elementwise(lambda o, u, v: numpy.add(u, v, out=o),
+                                 numpy.empty(a.shape, a.dtype), a, b)
+
+
+@host.cpu_kernel
+def relu(x):
+    """``max(x, 0)`` into a fresh array."""
+    zero = x.dtype.type(0)
+    return _parallel.elementwise(lambda o, a: numpy.maximum(a, zero, out=o),
+                                 numpy.empty_like(x), x)
+
+
+def _relu_grad_block(out, y, gy):
+    # The mask lands in out as 0/1 and is scaled in place: no bool temporary
+    # and no mixed-type multiply.
+    numpy.greater(y, 0, out=out)
+    numpy.multiply(out, gy, out=out)
+
+
+@host.cpu_kernel
+def relu_grad(y, gy):
+    """``gy * (y > 0)`` into a fresh array."""
+    return _parallel.elementwise(_relu_grad_block, numpy.empty_like(gy), y, gy)
+
+
+@host.cpu_kernel
+def matmul(a, b, out=None):
+    """``a @ b`` (NumPy's rules), large products cut into row blocks."""
+    return _parallel.matmul(a, b, out=out)
+
+
+def momentum_sgd(param, v, grad, tmp, lr, momentum):
+    """In place: ``v = momentum * v - lr * grad``, then ``param += v``
+    (``tmp`` is scratch of grad's shape).
+
+    Not a :func:`host.cpu_kernel`: an optimizer's update runs outside any
+    op, so it splits only where ``MINICHAIN_HOST_THREADS`` or
+    :func:`minichain.host.set_host_threads` asks for threads.
+    """
+    def block(p, v, g, t):
+        numpy.multiply(v, momentum, out=v)
+        v -= numpy.multiply(g, lr, out=t)
+        p += v
+    _parallel.elementwise(block, param, v, grad, tmp)

@@ -1,0 +1,146 @@
+"""minichain.functions._cpu_kernels: which ops take a CPU kernel, and that
+every kernel runs with the BLAS on one thread and its own thread count."""
+import threading
+
+import numpy
+import pytest
+
+import minichain.functions as F
+from minichain import Variable, host, optimizers
+from minichain import links as L
+from minichain.functions import (_cpu_kernels, _im2col, _normalization_kernels,
+                                 _parallel)
+
+RNG = numpy.random.default_rng(0)
+
+
+def _f32(*shape):
+    return RNG.standard_normal(shape).astype(numpy.float32)
+
+
+def _spy(monkeypatch, module, name, calls):
+    real = getattr(module, name)
+
+    def spy(*args, **kwargs):
+        calls.append(name)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(module, name, spy)
+
+
+def _backward(y):
+    y.grad = numpy.ones_like(y.array)
+    y.backward()
+
+
+def _relu_both_ways():
+    x = Variable(_f32(4, 5))
+    _backward(F.relu(x))
+    return x.grad
+
+
+def _momentum_step():
+    model = L.Linear(3, 2, initialW=_f32(2, 3))  # not the shared stream
+    opt = optimizers.MomentumSGD(lr=0.1).setup(model)
+    model.cleargrads()
+    _backward(model(_f32(4, 3)))
+    opt.update()
+
+
+# (what runs, the kernels it must call, their module)
+FAST = [
+    ('add', lambda: F.add(_f32(3, 4), _f32(3, 4)), ['add'], _cpu_kernels),
+    ('relu', _relu_both_ways, ['relu', 'relu_grad'], _cpu_kernels),
+    ('matmul', lambda: F.matmul(_f32(3, 4), _f32(4, 2)), ['matmul'],
+     _cpu_kernels),
+    ('linear', lambda: F.linear(_f32(3, 4), _f32(2, 4)), ['matmul'],
+     _cpu_kernels),
+    ('momentum_sgd', _momentum_step, ['momentum_sgd'], _cpu_kernels),
+    ('convolution', lambda: _backward(F.convolution_2d(
+        Variable(_f32(2, 3, 5, 5)), Variable(_f32(4, 3, 3, 3)), pad=1)),
+     ['conv_forward', 'deconv_forward', 'conv_grad_w'], _im2col),
+    ('batch_normalization', lambda: _backward(F.batch_normalization(
+        Variable(_f32(4, 3, 2, 2)), Variable(_f32(3)), Variable(_f32(3)))),
+     ['cpu_forward', 'cpu_backward'], _normalization_kernels),
+]
+
+
+@pytest.mark.parametrize('case', FAST, ids=[c[0] for c in FAST])
+def test_float32_on_the_cpu_takes_the_kernel(case, monkeypatch):
+    _, run, kernels, module = case
+    calls = []
+    for name in kernels:
+        _spy(monkeypatch, module, name, calls)
+    run()
+    assert set(calls) == set(kernels)
+
+
+@pytest.mark.parametrize('op', [F.sub, F.mul, F.div])
+def test_sub_mul_div_and_broadcasting_stay_plain_numpy(op, monkeypatch):
+    calls = []
+    for name in ('add', 'relu', 'relu_grad', 'matmul'):
+        _spy(monkeypatch, _cpu_kernels, name, calls)
+    a, b = _f32(3, 4), _f32(3, 4) + 3
+    numpy.testing.assert_array_equal(op(a, b).array,
+                                     {F.sub: a - b, F.mul: a * b,
+                                      F.div: a / b}[op])
+    numpy.testing.assert_array_equal(F.add(a, b[:1]).array, a + b[:1])
+    assert calls == []
+
+
+def test_kernels_match_plain_numpy():
+    a, b = _f32(5, 3), _f32(5, 3)
+    numpy.testing.assert_array_equal(_cpu_kernels.add(a, b), a + b)
+    numpy.testing.assert_array_equal(_cpu_kernels.relu(a),
+                                     numpy.maximum(a, 0))
+    numpy.testing.assert_array_equal(_cpu_kernels.relu_grad(a, b),
+                                     b * (a > 0))
+    numpy.testing.assert_allclose(_cpu_kernels.matmul(a, b.T), a @ b.T,
+                                  rtol=1e-6)
+    p, v, g = a.copy(), b.copy(), _f32(5, 3)
+    want_v = numpy.float32(0.9) * v - numpy.float32(0.1) * g
+    _cpu_kernels.momentum_sgd(p, v, g, numpy.empty_like(g), 0.1, 0.9)
+    numpy.testing.assert_allclose(v, want_v, rtol=1e-6)
+    numpy.testing.assert_allclose(p, a + want_v, rtol=1e-6)
+    assert _cpu_kernels.fits(a, b) and not _cpu_kernels.fits(a, b[:1])
+    assert not _cpu_kernels.fits(a, b.astype(numpy.float64))
+
+
+def test_a_training_step_splits_work_only_inside_kernel_scopes(monkeypatch):
+    """Every share-out of work on the caller's thread (elementwise passes,
+    products, image chunks) happens with the BLAS on one thread and the
+    BLAS's own count as the kernel's thread count; the optimizer's update,
+    outside any op, runs on one thread."""
+    before = host.get_blas_threads()
+    if before is None:
+        pytest.skip('no BLAS found: the thread count is not settable')
+    main = threading.current_thread()
+    seen = []
+    for name in ('elementwise', 'split_rows', 'matmul', 'over_chunks'):
+        real = getattr(_parallel, name)
+
+        def spy(*args, _real=real, _name=name, **kwargs):
+            if threading.current_thread() is main:
+                seen.append((_name, host.get_blas_threads(),
+                             host.cpu_kernel_threads()))
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(_parallel, name, spy)
+    monkeypatch.setattr(host, '_host_threads', None)
+    monkeypatch.delenv('MINICHAIN_HOST_THREADS', raising=False)
+    try:
+        host.set_blas_threads(2)
+        x = Variable(_f32(2, 3, 6, 6))
+        W = Variable(_f32(4, 3, 3, 3))
+        h = F.batch_normalization(F.convolution_2d(x, W, pad=1),
+                                  Variable(_f32(4)), Variable(_f32(4)))
+        h = F.relu(h) + h
+        _backward(F.linear(h, Variable(_f32(2, 144))))
+        assert {s[0] for s in seen} == {'elementwise', 'split_rows',
+                                        'matmul', 'over_chunks'}
+        assert {s[1:] for s in seen} == {(1, 2)}
+        seen.clear()
+        _cpu_kernels.momentum_sgd(*(_f32(4, 4) for _ in range(4)), 0.1, 0.9)
+        assert seen[0] == ('elementwise', 2, 1)
+        assert {s[1:] for s in seen} == {(2, 1)}
+        assert host.get_blas_threads() == 2
+    finally:
+        host.set_blas_threads(before)
