@@ -119,12 +119,8 @@ class CommunicatorBase(CollectivesMixin):
         if self.rank == 0:
             for a, o, n in zip(arrays, offsets, sizes):
                 buf[o:o + n] = _mpi.as_bytes(_mpi.to_host(a)[0])
-        rec = timeline.active
-        if rec:
-            t = rec.start()
-        _mpi.bcast_buffer(self._wire, buf, 0)
-        if rec:
-            rec.stop('bcast', t, buf.nbytes)
+        with timeline.span('bcast', buf.nbytes):
+            _mpi.bcast_buffer(self._wire, buf, 0)
         if self.rank != 0:
             for a, o, n in zip(arrays, offsets, sizes):
                 value = buf[o:o + n].view(a.dtype).reshape(a.shape)

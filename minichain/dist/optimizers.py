@@ -141,25 +141,15 @@ class _MultiNodeOptimizer:
 
     def _forward_backward(self, target, lossfun, args, kwds):
         target.cleargrads()
-        rec = timeline.active
-        if rec:
-            sync = target.xp is not numpy
-            t = rec.start(sync)
-        loss = lossfun(*args, **kwds)
-        if rec:
-            t = rec.stop('forward', t, sync=sync)
-        loss.backward()
-        if rec:
-            rec.stop('backward', t, sync=sync)
+        on_gpu = target.device_id >= 0
+        with timeline.span('forward', sync=on_gpu):
+            loss = lossfun(*args, **kwds)
+        with timeline.span('backward', sync=on_gpu):
+            loss.backward()
 
     def _step(self, target, args, kwds):
-        rec = timeline.active
-        if rec:
-            sync = target.xp is not numpy
-            t = rec.start(sync)
-        self.actual_optimizer.update(None, *args, **kwds)
-        if rec:
-            rec.stop('update', t, sync=sync)
+        with timeline.span('update', sync=target.device_id >= 0):
+            self.actual_optimizer.update(None, *args, **kwds)
 
     def __getattr__(self, name):
         actual = self.__dict__.get('actual_optimizer')
