@@ -46,7 +46,6 @@ _CATEGORY = {'forward': 'compute', 'backward': 'compute', 'update': 'compute',
              'pack': 'copy', 'unpack': 'copy'}
 _ORDER = ('forward', 'backward', 'pack', 'allreduce', 'unpack', 'update',
           'bcast')
-_TAG = 0x71E
 _MAX_ROWS = 8
 
 active = None  # the Recorder in use, or None
@@ -114,10 +113,11 @@ class Recorder:
         else:
             from minichain.dist import _mpi
             if self.rank != 0:
-                _mpi.send_obj(self._comm, mine, 0, tag=_TAG)
+                _mpi.send_obj(self._comm, mine, 0, tag=_mpi.TAG_TIMELINE)
                 return None
-            per_rank = [mine] + [_mpi.recv_obj(self._comm, r, tag=_TAG)
-                                 for r in range(1, self.size)]
+            per_rank = [mine] + [
+                _mpi.recv_obj(self._comm, r, tag=_mpi.TAG_TIMELINE)
+                for r in range(1, self.size)]
         trace = to_trace(per_rank)
         tmp = '{}.tmp{}'.format(self.path, os.getpid())
         with open(tmp, 'w') as f:

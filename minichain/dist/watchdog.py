@@ -63,7 +63,6 @@ NAP = 0.001               # seconds between tests after SPIN
 READ_EVERY = 0.02         # seconds between two looks at the notes
 YIELD_EVERY = 32          # tests between two yields of the core
 ABORT_DELAY = 1.0         # seconds between the last words and MPI_Abort
-_TAG = 7
 
 _yield = getattr(os, 'sched_yield', lambda: time.sleep(0))
 _wires = weakref.WeakSet()
@@ -350,15 +349,15 @@ class Wire:
         self.outbox = [(q, d) for q, d in self.outbox if not q.Test()]
         for r in range(self.size):
             if r != self.rank:
-                self.outbox.append((self.side.Isend(data, dest=r, tag=_TAG),
-                                    data))
+                request = self.side.Isend(data, dest=r, tag=_mpi.TAG_NOTE)
+                self.outbox.append((request, data))
 
     def _read_notes(self):
         MPI = _mpi.import_mpi()
         status = MPI.Status()
-        while self.side.Iprobe(MPI.ANY_SOURCE, _TAG, status):
+        while self.side.Iprobe(MPI.ANY_SOURCE, _mpi.TAG_NOTE, status):
             buf = bytearray(status.Get_count(MPI.BYTE))
-            self.side.Recv(buf, source=status.Get_source(), tag=_TAG)
+            self.side.Recv(buf, source=status.Get_source(), tag=_mpi.TAG_NOTE)
             note = pickle.loads(bytes(buf))
             note['received'] = time.monotonic()
             self.peers[status.Get_source()] = note
