@@ -77,8 +77,8 @@ def destroy_at_exit(comm):
     ``atexit`` runs handlers last-registered first: this one (registered
     when NCCL starts) runs before CuPy's exit handlers (registered at its
     import) and before mpi4py's MPI_Finalize (after every handler), so the
-    GPU is synchronized while CUDA still works. Without it the NCCL
-    communicator was destroyed by garbage collection during shutdown, with
+    GPU is synchronized while CUDA still works. Without it, garbage
+    collection would destroy the NCCL communicator during shutdown, with
     the last allreduce possibly in flight. No barrier at exit: a rank
     leaving on an error (with the abort hook turned off) must not wait
     there for ranks that are still training. A weak reference, so that a
