@@ -167,7 +167,8 @@ def span(name, nbytes=None, sync=False):
     """Time the ``with`` block as event ``name`` of the active Recorder.
 
     Args:
-        name: the event (``'pack'``, ``'allreduce'``...; see ``_CATEGORY``).
+        name: the event (``'pack'``, ``'allreduce'``...); its name gives
+            its category (compute, copy or comm).
         nbytes: the bytes the step moves (None for compute).
         sync: wait for the current GPU at both ends, so that the kernels
             the block launched are inside the event.
