@@ -37,11 +37,12 @@ class HierarchicalCommunicator(PureNcclCommunicator):
     def _init_nccl(self, device_id):
         if self._nccl_comm is not None:
             return super()._init_nccl(device_id)
+        cupy = backend.get_cupy()
         nccl = nccl_module()
         check_one_gpu_per_rank(self.mpi_comm, device_id, self.name)
         uid = nccl.get_unique_id() if self.intra_rank == 0 else None
         uid = self._intra_mpi.bcast(uid, root=0)
-        with backend.get_cupy().cuda.Device(device_id):
+        with cupy.cuda.Device(device_id):
             self._nccl_comm = nccl.NcclCommunicator(self.intra_size, uid,
                                                     self.intra_rank)
         self._nccl_device = device_id

@@ -166,11 +166,12 @@ class PureNcclCommunicator(FlatCommunicator):
                     '{}: NCCL was set up on GPU {} but the gradients now live '
                     'on GPU {}'.format(self.name, self._nccl_device, device_id))
             return
+        cupy = backend.get_cupy()
         nccl = nccl_module()
         check_one_gpu_per_rank(self.mpi_comm, device_id, self.name)
         uid = nccl.get_unique_id() if self.rank == 0 else None
         uid = self.mpi_comm.bcast(uid, root=0)
-        with backend.get_cupy().cuda.Device(device_id):
+        with cupy.cuda.Device(device_id):
             self._nccl_comm = nccl.NcclCommunicator(self.size, uid, self.rank)
         self._nccl_device = device_id
         destroy_at_exit(self)
