@@ -10,6 +10,8 @@ from minichain import backend
 from minichain.dist import timeline
 from minichain.dist.agreement import format_ranks
 
+# The wrapper's own attributes. Setting any other name on the wrapper sets
+# it on the wrapped optimizer, so the wrappers keep their state in __dict__.
 _OWN = ('actual_optimizer', 'communicator', 'zero_fill', 'needs_broadcast',
         'nan_check', '_active')
 _MAX_NAMES = 3
@@ -111,15 +113,17 @@ class _MultiNodeOptimizer:
     def _average_and_step(self, target, args=(), kwds=None):
         """Average the gradients and step; False once no rank has data
         (inside join)."""
+        # This rank's own gradients: the averaging replaces them, and they
+        # name the culprits should the mean not be finite.
         local = ([(n, p.grad) for n, p in target.namedparams()]
                  if self.nan_check else None)
         comm = self.communicator
         if self._active is None:  # the public call, which users may wrap
             comm.multi_node_mean_grad(target, self.zero_fill)
             n_active = None
-        else:
-            n_active = comm._mean_grad(target, self.zero_fill,
-                                       self.actual_optimizer.t, self._active)
+        else:  # inside join: the ranks also count who still has data
+            n_active = comm._multi_node_mean_grad(
+                target, self.zero_fill, self.actual_optimizer.t, self._active)
         if n_active == 0:
             return False
         if n_active is not None and n_active < comm.size:  # mean over data
@@ -141,25 +145,15 @@ class _MultiNodeOptimizer:
 
     def _forward_backward(self, target, lossfun, args, kwds):
         target.cleargrads()
-        rec = timeline.active
-        if rec:
-            sync = target.xp is not numpy
-            t = rec.start(sync)
-        loss = lossfun(*args, **kwds)
-        if rec:
-            t = rec.stop('forward', t, sync=sync)
-        loss.backward()
-        if rec:
-            rec.stop('backward', t, sync=sync)
+        on_gpu = target.device_id >= 0
+        with timeline.span('forward', sync=on_gpu):
+            loss = lossfun(*args, **kwds)
+        with timeline.span('backward', sync=on_gpu):
+            loss.backward()
 
     def _step(self, target, args, kwds):
-        rec = timeline.active
-        if rec:
-            sync = target.xp is not numpy
-            t = rec.start(sync)
-        self.actual_optimizer.update(None, *args, **kwds)
-        if rec:
-            rec.stop('update', t, sync=sync)
+        with timeline.span('update', sync=target.device_id >= 0):
+            self.actual_optimizer.update(None, *args, **kwds)
 
     def __getattr__(self, name):
         actual = self.__dict__.get('actual_optimizer')
