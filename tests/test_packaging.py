@@ -124,8 +124,14 @@ def test_ruff_lints_the_dist_package():
 @pytest.fixture(scope='module')
 def wheel(tmp_path_factory):
     out = tmp_path_factory.mktemp('wheel')
+    # A copy, so that the build leaves nothing in the checkout and nothing
+    # left there (build/lib of an earlier build) gets into the wheel.
+    source = out / 'source'
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        '.git', '.venv*', 'build', '*.egg-info', '__pycache__', 'result',
+        '.pytest_cache', '.slurm'))
     done = subprocess.run([sys.executable, '-m', 'pip', 'wheel', '--no-deps',
-                           '-q', '-w', str(out), str(ROOT)],
+                           '-q', '-w', str(out), str(source)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     found = list(out.glob('minichain-*.whl'))
