@@ -22,7 +22,8 @@ from tests.models._snapshots import assert_same_model, model_arrays, snapshots
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
-SCRIPT = os.path.join(ROOT, 'models', 'train_resnet50.py')
+# run as a module from the checkout, as README.md says
+SCRIPT = ['-m', 'models.train_resnet50']
 SMALL = ['--arch', 'resnet18', '--image-size', '8', '--batchsize', '2',
          '--val-batchsize', '4']
 
@@ -134,7 +135,7 @@ def launch(n, args):
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1',
                MPLBACKEND='Agg')
     env.pop('MINICHAIN_NO_ABORT', None)
-    cmd = [sys.executable, SCRIPT] + [str(a) for a in args]
+    cmd = [sys.executable] + SCRIPT + [str(a) for a in args]
     if n:
         cmd = mpi_command(n, *cmd)
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,

@@ -46,8 +46,9 @@ class ProgressBar(extension.Extension):
     """Shows how far training is.
 
     With tqdm installed (``pip install "minichain[progress]"``) it draws a
-    tqdm bar, never wider than the terminal; otherwise it prints one plain
-    line per update:
+    tqdm bar, never wider than the terminal, whose count follows every
+    iteration and whose text is redrawn every ``update_interval``;
+    otherwise it prints one plain line every ``update_interval``:
     ``epoch 1.5/10 (15.0%)  iteration 300  25.1 iters/sec  ETA 0:00:34``.
 
     ``entries`` adds observed values, such as ``main/loss``, each under the
@@ -119,6 +120,15 @@ class ProgressBar(extension.Extension):
         if self._start is None:
             self._start = (time.time(), iteration, current)
             self._rate_from = (time.perf_counter(), iteration)
+            if self._tqdm is not None:
+                # initial= makes tqdm's rate count only progress made from
+                # here on, not the first interval divided by ~0 seconds.
+                rate = '' if self._images else ', {rate_fmt}'
+                self._bar = self._tqdm(
+                    total=length, unit=unit, leave=True, initial=current,
+                    file=self._out or sys.stdout, ncols=_columns(),
+                    bar_format='{l_bar}{bar}| {n_fmt}/{total_fmt} '
+                    '[{elapsed}<{remaining}' + rate + '{postfix}]')
         self._last = (current, iteration)
         for key in self._entries:
             if key in trainer.observation:
@@ -129,6 +139,8 @@ class ProgressBar(extension.Extension):
                     0.9 * old + 0.1 * value
         if iteration % self._update_interval == 0:
             self._show()
+        elif self._bar is not None:  # the count moves on; tqdm throttles
+            self._bar.update(current - self._bar.n)
 
     def _extras(self):
         """The entries' averages and the images per second, as text: the
@@ -153,15 +165,6 @@ class ProgressBar(extension.Extension):
         out = self._out or sys.stdout
         extras = self._extras()
         if self._tqdm is not None:
-            if self._bar is None:
-                # initial= makes tqdm's rate count only progress made from
-                # here on, not the first interval divided by ~0 seconds.
-                rate = '' if self._images else ', {rate_fmt}'
-                self._bar = self._tqdm(
-                    total=length, unit=unit, file=out, leave=True,
-                    initial=current, ncols=_columns(),
-                    bar_format='{l_bar}{bar}| {n_fmt}/{total_fmt} '
-                    '[{elapsed}<{remaining}' + rate + '{postfix}]')
             self._bar.n = current
             if unit != 'iteration':
                 extras.insert(0, 'iteration {}'.format(iteration))
