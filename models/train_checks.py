@@ -66,7 +66,7 @@ def launcher_rank():
     return 0
 
 
-# -- options --------------------------------------------------------------------
+# -- options ------------------------------------------------------------------
 def check_args(args):
     """Refuse option values out of range (the same on every rank)."""
     for name in ('batchsize', 'val_batchsize', 'iteration', 'train_subset',
@@ -114,7 +114,7 @@ def number(text, name, low=None, high=None, low_open=False, integer=False):
     return value
 
 
-# -- --out ------------------------------------------------------------------------
+# -- --out --------------------------------------------------------------------
 def check_out(out):
     """Refuse an ``--out`` that cannot become a writable folder, without
     creating anything; returns the folder that exists (``out`` or its
