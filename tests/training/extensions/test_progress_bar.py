@@ -99,28 +99,26 @@ def test_entries_are_averaged_and_stay_arrays_until_shown(monkeypatch):
     assert line.endswith('  loss 1.900  accuracy 0.550  32.0 img/s\n')
 
 
+def _bar_with_entries(tmp_path):
+    out = io.StringIO()
+    trainer = make_trainer(tmp_path, stop=(6, 'iteration'))
+    trainer.extend(extensions.ProgressBar(
+        update_interval=2, out=out, use_tqdm=True, images_per_iteration=5,
+        entries=['main/loss', 'main/accuracy']))
+    trainer.run()
+    return out.getvalue()
+
+
 def test_tqdm_bar_fits_the_terminal_with_entries(tmp_path, monkeypatch):
     pytest.importorskip('tqdm')
     monkeypatch.setenv('COLUMNS', '60')
-    out = io.StringIO()
-    trainer = make_trainer(tmp_path, stop=(6, 'iteration'))
-    trainer.extend(extensions.ProgressBar(
-        update_interval=2, out=out, use_tqdm=True, images_per_iteration=5,
-        entries=['main/loss', 'main/accuracy']))
-    trainer.run()
-    shown = [s for s in out.getvalue().replace('\n', '\r').split('\r')
-             if s.strip()]
+    text = _bar_with_entries(tmp_path)
+    shown = [s for s in text.replace('\n', '\r').split('\r') if s.strip()]
     assert shown and max(len(s) for s in shown) <= 59, shown
-    assert 'iteration/s' not in out.getvalue()  # img/s replaces it
+    assert 'iteration/s' not in text  # img/s replaces it
     monkeypatch.setenv('COLUMNS', '200')
-    out = io.StringIO()
-    trainer = make_trainer(tmp_path, stop=(6, 'iteration'))
-    trainer.extend(extensions.ProgressBar(
-        update_interval=2, out=out, use_tqdm=True, images_per_iteration=5,
-        entries=['main/loss', 'main/accuracy']))
-    trainer.run()
-    assert 'loss ' in out.getvalue() and 'accuracy ' in out.getvalue()
-    assert 'img/s' in out.getvalue()
+    text = _bar_with_entries(tmp_path)
+    assert 'loss ' in text and 'accuracy ' in text and 'img/s' in text
 
 
 def test_print_report_rows_go_above_the_bar(tmp_path):
