@@ -77,7 +77,7 @@ def test_metadata_is_in_pyproject_only(pyproject):
     assert project['readme'] == 'README.md'
     assert project['requires-python'] == '>=3.10'
     assert 'numpy>=1.24' in project['dependencies']
-    assert 'threadpoolctl' in project['dependencies']
+    assert 'threadpoolctl>=3.1' in project['dependencies']
     assert project['optional-dependencies'] == EXTRAS
     assert project['entry-points']['pytest11'] == {PLUGIN: PLUGIN}
     sections = _setup_cfg().sections()
