@@ -181,8 +181,8 @@ def main():
     p.add_argument('--lockstep', action='store_true',
                    help='the copies start every step together, as MPI ranks '
                         'do after each allreduce (default: free-running)')
-    p.add_argument('--worker', choices=['minichain', 'torch'],
-                   help=argparse.SUPPRESS)
+    p.add_argument('--worker', nargs='?', const='minichain',
+                   choices=['minichain', 'torch'], help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.stem is None:
         args.stem = 'imagenet' if args.size > 64 else 'small'
