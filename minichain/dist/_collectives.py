@@ -16,7 +16,6 @@ from minichain.dist import _mpi, agreement
 from minichain.dist.agreement import attempt
 
 _OPS = ('sum', 'mean', 'max', 'min', 'prod')
-_TAG_ROWS, _TAG_SCATTER, _TAG_OBJ = 0x6A8, 0x5CA7, 0x6A7
 
 
 def _meta(x, where):
@@ -155,7 +154,7 @@ class CollectivesMixin:
             host, on_gpu = _mpi.to_host(x)
             host = numpy.asarray(host, order='C')
             if self.rank != root:
-                self._send_host(host, root, _TAG_ROWS)
+                self._send_host(host, root, _mpi.TAG_GATHER)
                 return None
             out = numpy.empty((self.size,) + host.shape, dtype=host.dtype)
             rows = out.reshape(self.size, -1)
@@ -163,7 +162,7 @@ class CollectivesMixin:
                 if r == root:
                     rows[r] = host.reshape(-1)
                 else:
-                    self._recv_host(rows[r], r, _TAG_ROWS)
+                    self._recv_host(rows[r], r, _mpi.TAG_GATHER)
         return _mpi.from_host(out, on_gpu)
 
     def scatter(self, xs, root=0):
@@ -182,10 +181,11 @@ class CollectivesMixin:
                 rows = rows.reshape(self.size, -1)
                 for r in range(self.size):
                     if r != root:
-                        self._send_host(rows[r], r, _TAG_SCATTER)
+                        self._send_host(rows[r], r,
+                                        _mpi.TAG_SCATTER)
                 return xs[root]
             out = numpy.empty(shape[1:], dtype=dtype)
-            self._recv_host(out, root, _TAG_SCATTER)
+            self._recv_host(out, root, _mpi.TAG_SCATTER)
         return _mpi.from_host(out, on_gpu)
 
     def send(self, x, dest, tag=0):
@@ -214,10 +214,10 @@ class CollectivesMixin:
         with self._wire.collective('gather_obj'):
             self._header(root)
             if self.rank != root:
-                _mpi.send_obj(self._wire, obj, root, _TAG_OBJ)
+                _mpi.send_obj(self._wire, obj, root, _mpi.TAG_GATHER_OBJ)
                 return None
             return [obj if r == root else
-                    _mpi.recv_obj(self._wire, r, _TAG_OBJ)
+                    _mpi.recv_obj(self._wire, r, _mpi.TAG_GATHER_OBJ)
                     for r in range(self.size)]
 
     def allgather_obj(self, obj):

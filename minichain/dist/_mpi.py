@@ -19,6 +19,26 @@ INSTALL_HINT = ('minichain.dist needs mpi4py and an MPI library: '
 # Tests lower it to exercise the chunked paths on small data.
 CHUNK_BYTES = 1 << 30
 
+# The tags of minichain's own point-to-point messages. A receive takes the
+# first message from its source that carries its tag on its communicator, so
+# two kinds of message that can travel between the same two ranks at the
+# same time need different tags, or one is read as the other. A Wire carries
+# the rows of gather and scatter, the objects of gather_obj and the shards of
+# scatter_index and scatter_dataset, and also the user's own send and recv
+# (tag 0 unless given); the timeline's events travel over the user's MPI
+# communicator itself. Hence one tag per kind, none of them 0.
+TAG_GATHER = 0x6A8            # gather: each rank's row, to the root
+TAG_GATHER_OBJ = 0x6A7        # gather_obj: each rank's object, to the root
+TAG_SCATTER = 0x5CA7          # scatter: the root's rows, to each rank
+TAG_SCATTER_INDEX = 0x1D      # scatter_index: each rank's indices
+TAG_SCATTER_DATASET = 0x1E    # scatter_dataset: each rank's examples
+TAG_TIMELINE = 0x71E          # timeline: each rank's events, to rank 0
+# On communicators of their own (a Wire's side duplicate, the pytest
+# plugin's duplicate of COMM_WORLD), apart from everything above:
+TAG_NOTE = 7                  # watchdog: what a waiting rank waits for
+TAG_TEST_RECORD = 1           # pytest plugin: a rank's outcome, to rank 0
+TAG_TEST_ACK = 2              # pytest plugin: rank 0's combined outcome
+
 
 def import_mpi():
     """Return ``mpi4py.MPI``, or raise ImportError saying how to install it."""

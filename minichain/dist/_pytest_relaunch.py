@@ -209,8 +209,8 @@ def _run(item, k, spec, start):
                     item.nodeid, cmd[0], e, launcher.INSTALL_HINT), [], None),
                 time.monotonic() - start)
         states = [_load_json(_rank_file(job, r)) for r in range(k)]
-        # Hydra (MPICH's launcher) has been seen to exit 1 at once, without
-        # a word, before any rank started; only that case is retried.
+        # Hydra (MPICH's launcher) may exit 1 at once, without a word,
+        # before any rank started; only that case is retried.
         if rc == 0 or timed_out or any(states) or _tail(job).strip() or \
                 time.monotonic() - start > 5:
             break

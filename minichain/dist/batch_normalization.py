@@ -103,9 +103,10 @@ class _GlobalMoments(FunctionNode):
             self.comm._header((cshape, x.dtype.str, xp is numpy),
                               self._mismatch)
             if xp is numpy:
-                mean, var = self._combine_on_host(n, s, m2)
+                mean, var, self.total = self._combine_on_host(n, s, m2)
             else:
-                mean, var = self._combine_on_device(n, s, m2, local_mean)
+                mean, var, self.total = self._combine_on_device(
+                    n, s, m2, local_mean)
         self._check_count(x, n)
         return (mean.reshape(cshape).astype(x.dtype),
                 var.reshape(cshape).astype(x.dtype))
@@ -131,17 +132,18 @@ class _GlobalMoments(FunctionNode):
 
     def _combine_on_host(self, n, s, m2):
         """Chan's formula over every rank's ``[n, s, M2]`` (one Allgather),
-        combined in rank order: the same bits on every rank."""
+        combined in rank order: the same bits on every rank. Returns the
+        global ``(mean, var, count)``."""
         mine = numpy.concatenate([[n], s.ravel(), m2.ravel()])
         rows = numpy.empty((self.comm.size, mine.size), dtype=numpy.float64)
         self.comm._wire.Allgather(mine, rows)
         c = s.size
         counts, sums, m2s = rows[:, 0], rows[:, 1:1 + c], rows[:, 1 + c:]
-        self.total = int(counts.sum())
-        mean = sums.sum(axis=0) / max(self.total, 1)
+        total = int(counts.sum())
+        mean = sums.sum(axis=0) / max(total, 1)
         means = sums / numpy.maximum(counts, 1)[:, None]
         var = (m2s + counts[:, None] * (means - mean) ** 2).sum(axis=0)
-        return mean, var / max(self.total, 1)
+        return mean, var / max(total, 1), total
 
     def _combine_on_device(self, n, s, m2, local_mean):
         """On the GPU the statistics stay there: one allreduce of the sums
@@ -149,18 +151,18 @@ class _GlobalMoments(FunctionNode):
         with ``pure_nccl``), so the step never waits for the device. The
         counts come from shapes, so their sum is a host exchange. In float64,
         ``sum(M2 + n mean_r^2) - N mean^2`` loses digits only when the mean
-        is some 10^6 standard deviations away from zero."""
+        is some 10^6 standard deviations away from zero. Returns the global
+        ``(mean, var, count)``."""
         MPI = _mpi.import_mpi()
         xp = backend.get_array_module(s)
-        total = numpy.array([n], numpy.int64)
-        self.comm._wire.Allreduce(MPI.IN_PLACE, total, op=MPI.SUM)
-        self.total = int(total[0])
+        count = numpy.array([n], numpy.int64)
+        self.comm._wire.Allreduce(MPI.IN_PLACE, count, op=MPI.SUM)
+        total = int(count[0])
         sums = self.comm.allreduce(xp.concatenate(
             [s.ravel(), (m2 + s * local_mean).ravel()]))
-        mean = sums[:s.size] / max(self.total, 1)
-        var = xp.maximum(sums[s.size:] / max(self.total, 1) - mean * mean,
-                         0.0)
-        return mean, var
+        mean = sums[:s.size] / max(total, 1)
+        var = xp.maximum(sums[s.size:] / max(total, 1) - mean * mean, 0.0)
+        return mean, var, total
 
     def backward(self, indexes, grad_outputs):
         x, = self.get_retained_inputs()

@@ -18,6 +18,8 @@ class CommunicatorBase(CollectivesMixin):
 
     Args:
         mpi_comm: an ``mpi4py.MPI.Comm`` (default ``MPI.COMM_WORLD``).
+        allreduce_grad_dtype: the dtype gradients are averaged in (None:
+            their own; see :func:`minichain.dist.create_communicator`).
 
     Attributes:
         mpi_comm: the MPI communicator underneath.
@@ -119,12 +121,8 @@ class CommunicatorBase(CollectivesMixin):
         if self.rank == 0:
             for a, o, n in zip(arrays, offsets, sizes):
                 buf[o:o + n] = _mpi.as_bytes(_mpi.to_host(a)[0])
-        rec = timeline.active
-        if rec:
-            t = rec.start()
-        _mpi.bcast_buffer(self._wire, buf, 0)
-        if rec:
-            rec.stop('bcast', t, buf.nbytes)
+        with timeline.span('bcast', buf.nbytes):
+            _mpi.bcast_buffer(self._wire, buf, 0)
         if self.rank != 0:
             for a, o, n in zip(arrays, offsets, sizes):
                 value = buf[o:o + n].view(a.dtype).reshape(a.shape)
@@ -155,9 +153,10 @@ class CommunicatorBase(CollectivesMixin):
         communicator reuses at its next call for this model: copy a gradient
         that must outlive the next step.
         """
-        self._mean_grad(model, zero_fill, step)
+        self._multi_node_mean_grad(model, zero_fill, step)
 
-    def _mean_grad(self, model, zero_fill, step=None, active=None):
+    def _multi_node_mean_grad(self, model, zero_fill, step=None,
+                              active=None):
         """:meth:`multi_node_mean_grad`; returns the number of ranks that
         contributed (``active``: see :func:`safety.plan_grads`)."""
         with self._wire.collective('multi_node_mean_grad'):

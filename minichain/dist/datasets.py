@@ -2,6 +2,7 @@
 import numpy
 
 from minichain import backend
+from minichain.dist import _mpi
 from minichain.dist.agreement import Failure, attempt
 
 
@@ -66,9 +67,9 @@ def scatter_index(n, comm, root=0, shuffle=False, seed=None,
         if comm.rank == root:
             for r, shard in enumerate(shards):
                 if r != root:
-                    comm.send_obj(shard, r, tag=0x1D)
+                    comm.send_obj(shard, r, tag=_mpi.TAG_SCATTER_INDEX)
             return shards[root]
-        return comm.recv_obj(root, tag=0x1D)
+        return comm.recv_obj(root, tag=_mpi.TAG_SCATTER_INDEX)
 
 
 def _root_shards(comm, root, n, shuffle, seed, force_equal_length):
@@ -113,9 +114,10 @@ def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None,
         if comm.rank == root:
             for r, shard in enumerate(shards):
                 if r != root:
-                    comm.send_obj(_take(dataset, shard), r, tag=0x1E)
+                    comm.send_obj(_take(dataset, shard), r,
+                                  tag=_mpi.TAG_SCATTER_DATASET)
             return _take(dataset, shards[root])
-        return comm.recv_obj(root, tag=0x1E)
+        return comm.recv_obj(root, tag=_mpi.TAG_SCATTER_DATASET)
 
 
 def _is_columns(dataset):

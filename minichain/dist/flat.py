@@ -6,8 +6,9 @@ from minichain.dist import _mpi, _packing, timeline
 from minichain.dist.communicator_base import CommunicatorBase
 
 
-# Chunks of a few MB fit in the last-level cache; MPI reduces them faster
-# than one message of hundreds of MB (measured: bench/allreduce.py).
+# A chunk of a few MB is reduced while it is still in the last-level cache
+# from its packing, which is faster than one Allreduce of the whole buffer
+# (bench/allreduce.py compares the two).
 PIPELINE_BYTES = 4 << 20
 
 
@@ -18,12 +19,11 @@ class FlatCommunicator(CommunicatorBase):
     contiguous buffer reused across steps, each scaled by ``1/size`` on the
     way in (the one division: the sum of scaled values is the mean). The
     in-place Allreduce of the buffer is issued in pipeline chunks of
-    ``PIPELINE_BYTES``, each reduced while still in cache from its packing
-    (on 2 ranks, 100 MB takes 0.6-0.8x the time of one raw Allreduce of
-    the whole buffer). Each gradient then becomes a view of its segment.
-    CuPy gradients are packed on the device and staged through host memory.
-    The buffer dtype is the widest gradient dtype, or
-    ``allreduce_grad_dtype`` (float32 or float64).
+    ``PIPELINE_BYTES``, each reduced while still in cache from its packing.
+    Each gradient then becomes a view of its segment. CuPy gradients are
+    packed on the device and staged through host memory. The buffer dtype
+    is the widest gradient dtype, or ``allreduce_grad_dtype`` (float32 or
+    float64).
     """
 
     name = 'flat'
@@ -33,43 +33,44 @@ class FlatCommunicator(CommunicatorBase):
         self._buffers = _packing.BufferCache()
 
     def _mean_grads(self, model, entries):
-        MPI = _mpi.import_mpi()
         dtype = _packing.grad_dtype(entries, self.allreduce_grad_dtype)
         packer = _packing.Packer(entries)
-        n = packer.total
-        xp = backend.get_array_module(entries[0][1].array)
+        host = self._buffers.get(model, 'host', numpy, dtype, packer.total)
+        if backend.get_array_module(entries[0][1].array) is numpy:
+            self._mean_on_host(packer, host)
+        else:
+            self._mean_through_host(model, packer, host)
+
+    def _mean_on_host(self, packer, host):
+        """NumPy gradients: pack, Allreduce and unpack ``host`` chunk by
+        chunk, each chunk reduced right after it is packed."""
+        MPI = _mpi.import_mpi()
         scale = 1.0 / self.size
-        host = self._buffers.get(model, 'host', numpy, dtype, n)
-        rec = timeline.active
-        if xp is numpy:
-            step = max(1, min(PIPELINE_BYTES, _mpi.CHUNK_BYTES)
-                       // dtype.itemsize)
-            if rec:
-                t = rec.start()
-            for lo in range(0, n, step):
-                hi = min(n, lo + step)
+        step = max(1, min(PIPELINE_BYTES, _mpi.CHUNK_BYTES) // host.itemsize)
+        for lo in range(0, packer.total, step):
+            hi = min(packer.total, lo + step)
+            nbytes = (hi - lo) * host.itemsize
+            with timeline.span('pack', nbytes):
                 packer.pack(host, scale, lo, hi)
-                if rec:
-                    t = rec.stop('pack', t, (hi - lo) * dtype.itemsize)
+            with timeline.span('allreduce', nbytes):
                 self._wire.Allreduce(MPI.IN_PLACE, host[lo:hi], op=MPI.SUM)
-                if rec:
-                    t = rec.stop('allreduce', t, (hi - lo) * dtype.itemsize)
+        with timeline.span('unpack', host.nbytes):
             packer.unpack(host)
-            if rec:
-                rec.stop('unpack', t, host.nbytes)
-            return
-        with backend.cuda_device(backend.get_device_id(entries[0][1].array)):
-            dev = self._buffers.get(model, 'device', xp, dtype, n)
-            if rec:  # on the GPU, 'pack' includes the copy to the host
-                t = rec.start(sync=True)
-            packer.pack(dev, scale)
-            dev.get(out=host)
-            if rec:
-                t = rec.stop('pack', t, host.nbytes, sync=True)
-            _mpi.allreduce_buffer(self._wire, host, MPI.SUM)
-            if rec:
-                t = rec.stop('allreduce', t, host.nbytes)
-            dev.set(host)
-            packer.unpack(dev)
-            if rec:
-                rec.stop('unpack', t, host.nbytes, sync=True)
+
+    def _mean_through_host(self, model, packer, host):
+        """CuPy gradients: pack on the device, Allreduce a host copy of the
+        buffer, copy it back and unpack on the device."""
+        MPI = _mpi.import_mpi()
+        first = packer.entries[0][1].array
+        with backend.cuda_device(backend.get_device_id(first)):
+            dev = self._buffers.get(model, 'device',
+                                    backend.get_array_module(first),
+                                    host.dtype, packer.total)
+            with timeline.span('pack', host.nbytes, sync=True):
+                packer.pack(dev, 1.0 / self.size)
+                dev.get(out=host)
+            with timeline.span('allreduce', host.nbytes):
+                _mpi.allreduce_buffer(self._wire, host, MPI.SUM)
+            with timeline.span('unpack', host.nbytes, sync=True):
+                dev.set(host)
+                packer.unpack(dev)

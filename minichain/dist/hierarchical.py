@@ -1,10 +1,12 @@
 """The hierarchical communicator: NCCL inside a node, MPI between nodes."""
 import numpy
 
-from minichain.dist import _mpi, watchdog
+from minichain import backend
+from minichain.dist import _mpi, timeline, watchdog
 from minichain.dist.pure_nccl import (PureNcclCommunicator,
                                       check_one_gpu_per_rank, destroy_at_exit,
-                                      nccl_module)
+                                      from_bfloat16_bits, nccl_module,
+                                      to_bfloat16_bits)
 
 
 class HierarchicalCommunicator(PureNcclCommunicator):
@@ -35,7 +37,8 @@ class HierarchicalCommunicator(PureNcclCommunicator):
     def _init_nccl(self, device_id):
         if self._nccl_comm is not None:
             return super()._init_nccl(device_id)
-        cupy, nccl = nccl_module()
+        cupy = backend.get_cupy()
+        nccl = nccl_module()
         check_one_gpu_per_rank(self.mpi_comm, device_id, self.name)
         uid = nccl.get_unique_id() if self.intra_rank == 0 else None
         uid = self._intra_mpi.bcast(uid, root=0)
@@ -45,23 +48,20 @@ class HierarchicalCommunicator(PureNcclCommunicator):
         self._nccl_device = device_id
         destroy_at_exit(self)
 
-    def _sum_wire(self, nccl, wire, kind, stream, rec, t):
+    def _sum_wire(self, nccl, wire, kind, stream, timed=False):
         """NCCL reduce to the node's first rank, MPI allreduce between the
-        nodes' first ranks, NCCL broadcast back inside each node."""
-        t0 = t
-        self._nccl_comm.reduce(wire.data.ptr, wire.data.ptr, wire.size,
-                               kind, nccl.NCCL_SUM, 0, stream.ptr)
-        if rec:
-            t = rec.stop('reduce', t, wire.nbytes, sync=True)
+        nodes' first ranks, NCCL broadcast back inside each node (each a
+        timeline event inside the caller's 'allreduce' when ``timed``)."""
+        span = timeline.span if timed else timeline.no_span
+        with span('reduce', wire.nbytes, sync=True):
+            self._nccl_comm.reduce(wire.data.ptr, wire.data.ptr, wire.size,
+                                   kind, nccl.NCCL_SUM, 0, stream.ptr)
         if self.intra_rank == 0 and self.inter_size > 1:
-            self._inter_node_sum(wire, stream)
-            if rec:
-                t = rec.stop('allreduce_inter', t, wire.nbytes)
-        self._nccl_comm.bcast(wire.data.ptr, wire.size, kind, 0, stream.ptr)
-        if rec:  # the whole three-stage allreduce, around the others
-            t = rec.stop('bcast', t, wire.nbytes, sync=True)
-            rec.stop('allreduce', t0, wire.nbytes)
-        return t
+            with span('allreduce_inter', wire.nbytes):
+                self._inter_node_sum(wire, stream)
+        with span('bcast', wire.nbytes, sync=True):
+            self._nccl_comm.bcast(wire.data.ptr, wire.size, kind, 0,
+                                  stream.ptr)
 
     def _inter_node_sum(self, wire, stream):
         """Sum ``wire`` over the nodes' first ranks through host memory."""
@@ -71,8 +71,6 @@ class HierarchicalCommunicator(PureNcclCommunicator):
         # bfloat16 travels as uint16 bit patterns (pure_nccl.to_bfloat16_bits)
         bf16 = host.dtype == numpy.uint16
         if bf16:
-            from minichain.dist.pure_nccl import (from_bfloat16_bits,
-                                                  to_bfloat16_bits)
             wide = from_bfloat16_bits(host)
         else:
             wide = host.astype(numpy.float32) if host.itemsize < 4 else host

@@ -19,24 +19,18 @@ class NaiveCommunicator(CommunicatorBase):
 
     def _mean_grads(self, model, entries):
         MPI = _mpi.import_mpi()
-        rec = timeline.active
         for _, p, g in entries:
-            if rec:
-                t = rec.start()
-            dtype = (p.dtype if self.allreduce_grad_dtype is None
-                     else self.allreduce_grad_dtype)
-            if g is None:
-                host = numpy.zeros(p.shape, dtype=dtype)
-            else:
-                host = numpy.array(_mpi.to_host(g)[0], dtype=dtype, order='C')
-            if rec:
-                t = rec.stop('pack', t, host.nbytes)
-            _mpi.allreduce_buffer(self._wire, host, MPI.SUM)
-            if rec:
-                t = rec.stop('allreduce', t, host.nbytes)
-            host /= self.size
-            value = host.astype(p.dtype, copy=False)
+            dtype = numpy.dtype(p.dtype if self.allreduce_grad_dtype is None
+                                else self.allreduce_grad_dtype)
+            nbytes = p.size * dtype.itemsize
+            with timeline.span('pack', nbytes):
+                host = (numpy.zeros(p.shape, dtype=dtype) if g is None else
+                        numpy.array(_mpi.to_host(g)[0], dtype=dtype,
+                                    order='C'))
+            with timeline.span('allreduce', nbytes):
+                _mpi.allreduce_buffer(self._wire, host, MPI.SUM)
             device = backend.get_device_id(p.array)
-            p.grad = value if device < 0 else backend.to_gpu(value, device)
-            if rec:
-                rec.stop('unpack', t, host.nbytes, sync=device >= 0)
+            with timeline.span('unpack', nbytes, sync=device >= 0):
+                host /= self.size
+                value = host.astype(p.dtype, copy=False)
+                p.grad = value if device < 0 else backend.to_gpu(value, device)

@@ -10,6 +10,8 @@ from minichain import backend
 from minichain.dist import timeline
 from minichain.dist.agreement import format_ranks
 
+# The wrapper's own attributes. Setting any other name on the wrapper sets
+# it on the wrapped optimizer, so the wrappers keep their state in __dict__.
 _OWN = ('actual_optimizer', 'communicator', 'zero_fill', 'needs_broadcast',
         'nan_check', '_active')
 _MAX_NAMES = 3
@@ -90,6 +92,17 @@ class _MultiNodeOptimizer:
         self.needs_broadcast = True
         return self
 
+    def broadcast_params(self):
+        """Broadcast rank 0's parameters and persistents now, so that the
+        first ``update`` steps instead of broadcasting (a script that
+        counts its updates, or whose first batch matters, wants every one
+        to step). Collective: every rank calls it, after ``setup`` and once
+        every parameter is initialized (a lazy layer after a forward pass).
+        Returns self."""
+        self.communicator.bcast_data(self.actual_optimizer.target)
+        self.needs_broadcast = False
+        return self
+
     def update(self, lossfun=None, *args, **kwds):
         """One data-parallel step.
 
@@ -111,15 +124,17 @@ class _MultiNodeOptimizer:
     def _average_and_step(self, target, args=(), kwds=None):
         """Average the gradients and step; False once no rank has data
         (inside join)."""
+        # This rank's own gradients: the averaging replaces them, and they
+        # name the culprits should the mean not be finite.
         local = ([(n, p.grad) for n, p in target.namedparams()]
                  if self.nan_check else None)
         comm = self.communicator
         if self._active is None:  # the public call, which users may wrap
             comm.multi_node_mean_grad(target, self.zero_fill)
             n_active = None
-        else:
-            n_active = comm._mean_grad(target, self.zero_fill,
-                                       self.actual_optimizer.t, self._active)
+        else:  # inside join: the ranks also count who still has data
+            n_active = comm._multi_node_mean_grad(
+                target, self.zero_fill, self.actual_optimizer.t, self._active)
         if n_active == 0:
             return False
         if n_active is not None and n_active < comm.size:  # mean over data
@@ -141,25 +156,15 @@ class _MultiNodeOptimizer:
 
     def _forward_backward(self, target, lossfun, args, kwds):
         target.cleargrads()
-        rec = timeline.active
-        if rec:
-            sync = target.xp is not numpy
-            t = rec.start(sync)
-        loss = lossfun(*args, **kwds)
-        if rec:
-            t = rec.stop('forward', t, sync=sync)
-        loss.backward()
-        if rec:
-            rec.stop('backward', t, sync=sync)
+        on_gpu = target.device_id >= 0
+        with timeline.span('forward', sync=on_gpu):
+            loss = lossfun(*args, **kwds)
+        with timeline.span('backward', sync=on_gpu):
+            loss.backward()
 
     def _step(self, target, args, kwds):
-        rec = timeline.active
-        if rec:
-            sync = target.xp is not numpy
-            t = rec.start(sync)
-        self.actual_optimizer.update(None, *args, **kwds)
-        if rec:
-            rec.stop('update', t, sync=sync)
+        with timeline.span('update', sync=target.device_id >= 0):
+            self.actual_optimizer.update(None, *args, **kwds)
 
     def __getattr__(self, name):
         actual = self.__dict__.get('actual_optimizer')
@@ -212,18 +217,15 @@ class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
         target = self.actual_optimizer.target
         if lossfun is not None:
             self._forward_backward(target, lossfun, args, kwds)
+        d = self.__dict__
         if self.needs_broadcast:
             self.communicator.bcast_data(target)
             self.needs_broadcast = False
-            shadow = copy.deepcopy(target)
-            for p in shadow.params():  # holds gradients only
-                p.cleargrad()
-                p.update_rule = None
-            d = self.__dict__
-            d['_shadow'], d['_ready'] = shadow, False
+            self._new_shadow(target)
             return
+        if d['_shadow'] is None:  # after broadcast_params() or a resume
+            self._new_shadow(target)
         cupy = backend.get_cupy()
-        d = self.__dict__
         if d['_stream'] is None:
             d['_stream'] = cupy.cuda.Stream(non_blocking=True)
         current = cupy.cuda.get_current_stream()
@@ -246,6 +248,13 @@ class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
         if ready:
             self._step(target, args, kwds)
 
+    def _new_shadow(self, target):
+        shadow = copy.deepcopy(target)
+        for p in shadow.params():  # holds gradients only
+            p.cleargrad()
+            p.update_rule = None
+        self.__dict__['_shadow'], self.__dict__['_ready'] = shadow, False
+
 
 def create_multi_node_optimizer(actual_optimizer, communicator,
                                 double_buffering=False, zero_fill=True,
@@ -259,7 +268,8 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
       rank) and calls ``update`` the same number of times (for shards of
       different lengths see :func:`join`);
     * the first ``update`` after ``setup`` broadcasts rank 0's parameters
-      and persistents and does not step; every later one replaces each
+      and persistents and does not step (``broadcast_params()`` does it
+      before the first update instead); every later one replaces each
       gradient by its mean over ranks (parameters in sorted-path order),
       then steps the wrapped optimizer. Gradients are **averaged**: with a
       per-rank mean loss over equal local batches this equals one process

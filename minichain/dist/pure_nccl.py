@@ -17,13 +17,13 @@ BFLOAT16 = 'bfloat16'
 
 
 def nccl_module():
-    """``cupy.cuda.nccl``, or a RuntimeError saying what is missing."""
-    cupy = backend.get_cupy()
+    """``cupy.cuda.nccl``, or a RuntimeError saying what is missing: CuPy
+    or a GPU (the backend's error), or NCCL."""
+    backend.check_cuda_available()
     try:
-        nccl = backend.get_nccl()
+        return backend.get_nccl()
     except RuntimeError as e:
         raise RuntimeError('pure_nccl: {}'.format(e)) from e
-    return cupy, nccl
 
 
 def nccl_dtype(nccl, dtype):
@@ -77,8 +77,8 @@ def destroy_at_exit(comm):
     ``atexit`` runs handlers last-registered first: this one (registered
     when NCCL starts) runs before CuPy's exit handlers (registered at its
     import) and before mpi4py's MPI_Finalize (after every handler), so the
-    GPU is synchronized while CUDA still works. Without it the NCCL
-    communicator was destroyed by garbage collection during shutdown, with
+    GPU is synchronized while CUDA still works. Without it, garbage
+    collection would destroy the NCCL communicator during shutdown, with
     the last allreduce possibly in flight. No barrier at exit: a rank
     leaving on an error (with the abort hook turned off) must not wait
     there for ranks that are still training. A weak reference, so that a
@@ -166,7 +166,8 @@ class PureNcclCommunicator(FlatCommunicator):
                     '{}: NCCL was set up on GPU {} but the gradients now live '
                     'on GPU {}'.format(self.name, self._nccl_device, device_id))
             return
-        cupy, nccl = nccl_module()
+        cupy = backend.get_cupy()
+        nccl = nccl_module()
         check_one_gpu_per_rank(self.mpi_comm, device_id, self.name)
         uid = nccl.get_unique_id() if self.rank == 0 else None
         uid = self.mpi_comm.bcast(uid, root=0)
@@ -188,11 +189,12 @@ class PureNcclCommunicator(FlatCommunicator):
         self._check_allreduce(x, op)
         device = backend.get_device_id(x)
         self._init_nccl(device)
-        cupy, nccl = nccl_module()
+        cupy = backend.get_cupy()
+        nccl = nccl_module()
         with cupy.cuda.Device(device):
             buf = cupy.array(x, copy=True, order='C')
             self._sum_wire(nccl, buf, nccl_dtype(nccl, buf.dtype),
-                           cupy.cuda.get_current_stream(), None, None)
+                           cupy.cuda.get_current_stream())
             if op == 'mean':
                 buf *= 1.0 / self.size
         return buf
@@ -210,54 +212,55 @@ class PureNcclCommunicator(FlatCommunicator):
 
     def _mean_grads(self, model, entries, stream=None, tag='nccl',
                     check=True):
-        if backend.get_array_module(entries[0][1].array) is numpy:
+        first = entries[0][1].array
+        if backend.get_array_module(first) is numpy:
             return super()._mean_grads(model, entries)
-        device = backend.get_device_id(entries[0][1].array)
+        device = backend.get_device_id(first)
         self._init_nccl(device)
-        cupy, nccl = nccl_module()
+        cupy = backend.get_cupy()
+        nccl = nccl_module()
+        wire_dtype = self._wire_dtype(entries)
+        packer = _packing.Packer(entries)
+        nbytes = packer.total * (2 if wire_dtype == BFLOAT16
+                                 else numpy.dtype(wire_dtype).itemsize)
         with cupy.cuda.Device(device):
             stream = stream or cupy.cuda.get_current_stream()
-            rec = timeline.active
             with stream:
-                t = rec.start(sync=True) if rec else None
-                buf, wire = self._pack_for_wire(model, entries, tag)
-                if rec:
-                    t = rec.stop('pack', t, wire.nbytes, sync=True)
-                kind = nccl_dtype(nccl, self._wire_dtype(entries))
-                t = self._sum_wire(nccl, wire, kind, stream, rec, t)
-                self._unpack_from_wire(entries, buf, wire, check)
-                if rec:
-                    rec.stop('unpack', t, wire.nbytes, sync=True)
+                with timeline.span('pack', nbytes, sync=True):
+                    buf, wire = self._pack_for_wire(model, packer,
+                                                    wire_dtype, tag)
+                with timeline.span('allreduce', nbytes, sync=True):
+                    self._sum_wire(nccl, wire, nccl_dtype(nccl, wire_dtype),
+                                   stream, timed=True)
+                with timeline.span('unpack', nbytes, sync=True):
+                    self._unpack_from_wire(packer, buf, wire, wire_dtype,
+                                           check)
 
-    def _sum_wire(self, nccl, wire, kind, stream, rec, t):
+    def _sum_wire(self, nccl, wire, kind, stream, timed=False):
         """Sum ``wire`` over all ranks in place (one NCCL allreduce); the
-        hierarchical communicator overrides this step only. Returns the
-        timeline's clock (``t`` is unused when ``rec`` is None)."""
+        hierarchical communicator overrides this step only. ``timed``: the
+        step of a gradient averaging, whose stages (the hierarchical
+        communicator has three) go into the timeline."""
         self._nccl_comm.allReduce(wire.data.ptr, wire.data.ptr, wire.size,
                                   kind, nccl.NCCL_SUM, stream.ptr)
-        if rec:
-            t = rec.stop('allreduce', t, wire.nbytes, sync=True)
-        return t
 
     def _wire_dtype(self, entries):
         if self.allreduce_grad_dtype is not None:
             return self.allreduce_grad_dtype
         return _packing.grad_dtype(entries)
 
-    def _pack_for_wire(self, model, entries, tag):
+    def _pack_for_wire(self, model, packer, wire_dtype, tag):
         """Pack scaled gradients; return ``(buffer, array sent on the wire)``
         (for bfloat16 the wire holds uint16 bit patterns)."""
-        cupy = backend.get_cupy()
-        wire_dtype = self._wire_dtype(entries)
-        packer = _packing.Packer(entries)
         buf_dtype = numpy.float32 if wire_dtype == BFLOAT16 else wire_dtype
-        buf = self._buffers.get(model, tag, cupy, buf_dtype, packer.total)
+        buf = self._buffers.get(model, tag, backend.get_cupy(), buf_dtype,
+                                packer.total)
         packer.pack(buf, 1.0 / self.size)
         if wire_dtype == BFLOAT16:
             return buf, to_bfloat16_bits(buf)
         return buf, buf
 
-    def _unpack_from_wire(self, entries, buf, wire, check=True):
+    def _unpack_from_wire(self, packer, buf, wire, wire_dtype, check=True):
         cupy = backend.get_cupy()
         if wire is not buf:
             buf[...] = from_bfloat16_bits(wire)
@@ -267,8 +270,8 @@ class PureNcclCommunicator(FlatCommunicator):
                     '{}: the averaged gradients hold inf or NaN after the {} '
                     'allreduce (an overflow of the transfer dtype, or '
                     'non-finite gradients on some rank)'.format(
-                        self.name, self._wire_dtype(entries)))
-        _packing.Packer(entries).unpack(buf)
+                        self.name, wire_dtype))
+        packer.unpack(buf)
 
     def finalize(self):
         """Wait for the GPU, meet the other ranks, destroy the NCCL

@@ -40,12 +40,12 @@ import pytest
 
 from minichain.dist import _pytest_reports as reports
 from minichain.dist import _pytest_relaunch as relaunch
+from minichain.dist._mpi import TAG_TEST_ACK, TAG_TEST_RECORD
 
 MARK = 'mpi'
 DEFAULT_TIMEOUT = 300.0
 _STATE = pytest.StashKey()
 _SKIP = pytest.StashKey()
-_TAG_RECORD, _TAG_ACK = 1, 2
 
 
 def grace_for(timeout):
@@ -160,13 +160,13 @@ class InJob:
         # --maxfail stop them all at the same test.
         for rank in got:
             if rank:
-                self.comm.send(report.outcome, dest=rank, tag=_TAG_ACK)
+                self.comm.send(report.outcome, dest=rank, tag=TAG_TEST_ACK)
 
     def _send(self, report, mine, grace):
-        request = self.comm.isend(mine, dest=0, tag=_TAG_RECORD)
+        request = self.comm.isend(mine, dest=0, tag=TAG_TEST_RECORD)
         bad = mine['outcome'] != 'passed'
         # Twice rank 0's wait, so that rank 0 (which reports) goes first.
-        if not _wait_for(lambda: self.comm.iprobe(source=0, tag=_TAG_ACK),
+        if not _wait_for(lambda: self.comm.iprobe(source=0, tag=TAG_TEST_ACK),
                          2 * grace if bad else None):
             sys.stderr.write('[rank {}] {} {} and rank 0 did not collect the '
                              'outcome within {:.0f} s (it is most likely '
@@ -176,7 +176,7 @@ class InJob:
                                      mine['outcome'], 2 * grace,
                                      mine.get('text', '')))
             relaunch.abort_job()
-        report.outcome = self.comm.recv(source=0, tag=_TAG_ACK)
+        report.outcome = self.comm.recv(source=0, tag=TAG_TEST_ACK)
         request.wait()
 
     def _collect(self, mine, grace):
@@ -188,11 +188,11 @@ class InJob:
             time.monotonic() + grace
         while len(got) < self.size:
             if not _wait_for(lambda: self.comm.iprobe(
-                    source=MPI.ANY_SOURCE, tag=_TAG_RECORD, status=status),
+                    source=MPI.ANY_SOURCE, tag=TAG_TEST_RECORD, status=status),
                     None if end is None else end - time.monotonic()):
                 break
             rank = status.Get_source()
-            got[rank] = self.comm.recv(source=rank, tag=_TAG_RECORD)
+            got[rank] = self.comm.recv(source=rank, tag=TAG_TEST_RECORD)
             if got[rank]['outcome'] != 'passed' and end is None:
                 end = time.monotonic() + grace
         missing = {r: 'still running {:.0f} s after a rank failed (most '

@@ -12,15 +12,20 @@ environment), or around some steps with the context manager::
 While recording, every rank notes the start and end of ``forward``,
 ``backward`` and ``update`` (timed by the multi-node optimizer), ``pack``,
 ``allreduce``, ``unpack`` and ``bcast`` (timed by the communicators), with
-the bytes moved. At the end (leaving the ``with`` block; for the
+the bytes moved: the instrumented code wraps each step in a :func:`span`::
+
+    with timeline.span('allreduce', buf.nbytes):
+        wire.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+ At the end (leaving the ``with`` block; for the
 environment variable, the creating communicator's ``finalize()`` or the
 exit of the process) rank 0 gathers every rank's events, writes one Chrome
 trace (open it in chrome://tracing or https://ui.perfetto.dev: one process
 per rank, one thread per category: compute, copy, comm) and prints a
 summary with the bus bandwidth of each allreduce.
 
-Costs: while nothing records, the instrumented code tests one module
-attribute (``timeline.active``). While recording on a GPU, the device is
+Costs: while nothing records, :func:`span` returns one shared object whose
+``with`` does nothing (no object made, no clock read; see
+``bench/timeline_cost.py``). While recording on a GPU, the device is
 synchronized at every event boundary, so the times are real but GPU work
 no longer overlaps (e.g. double buffering).
 """
@@ -32,7 +37,8 @@ import time
 
 from minichain import backend
 
-__all__ = ['ENV', 'Recorder', 'record', 'start', 'summarize', 'to_trace']
+__all__ = ['ENV', 'Recorder', 'record', 'span', 'start', 'summarize',
+           'to_trace']
 
 ENV = 'MINICHAIN_TIMELINE'
 CATEGORIES = ('compute', 'copy', 'comm')  # tid = index
@@ -40,10 +46,9 @@ _CATEGORY = {'forward': 'compute', 'backward': 'compute', 'update': 'compute',
              'pack': 'copy', 'unpack': 'copy'}
 _ORDER = ('forward', 'backward', 'pack', 'allreduce', 'unpack', 'update',
           'bcast')
-_TAG = 0x71E
 _MAX_ROWS = 8
 
-active = None  # the Recorder in use, or None: the instrumentation tests this
+active = None  # the Recorder in use, or None
 
 
 class Recorder:
@@ -108,10 +113,11 @@ class Recorder:
         else:
             from minichain.dist import _mpi
             if self.rank != 0:
-                _mpi.send_obj(self._comm, mine, 0, tag=_TAG)
+                _mpi.send_obj(self._comm, mine, 0, tag=_mpi.TAG_TIMELINE)
                 return None
-            per_rank = [mine] + [_mpi.recv_obj(self._comm, r, tag=_TAG)
-                                 for r in range(1, self.size)]
+            per_rank = [mine] + [
+                _mpi.recv_obj(self._comm, r, tag=_mpi.TAG_TIMELINE)
+                for r in range(1, self.size)]
         trace = to_trace(per_rank)
         tmp = '{}.tmp{}'.format(self.path, os.getpid())
         with open(tmp, 'w') as f:
@@ -120,6 +126,66 @@ class Recorder:
         if self._print is not None:
             self._print(summarize(trace) + '\ntimeline: wrote ' + self.path)
         return trace
+
+
+class _Span:
+    """One step being timed while a Recorder records (see :func:`span`)."""
+
+    __slots__ = ('recorder', 'name', 'nbytes', 'sync', 'started')
+
+    def __init__(self, recorder, name, nbytes, sync):
+        self.recorder, self.name = recorder, name
+        self.nbytes, self.sync = nbytes, sync
+
+    def __enter__(self):
+        self.started = self.recorder.start(self.sync)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:  # a step that raised is not an event
+            self.recorder.stop(self.name, self.started, self.nbytes,
+                               self.sync)
+
+
+class _NoSpan:
+    """What :func:`span` returns while nothing records: a ``with`` block
+    that does nothing around its body."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        return None
+
+
+NO_SPAN = _NoSpan()
+
+
+def span(name, nbytes=None, sync=False):
+    """Time the ``with`` block as event ``name`` of the active Recorder.
+
+    Args:
+        name: the event (``'pack'``, ``'allreduce'``...); its name gives
+            its category (compute, copy or comm).
+        nbytes: the bytes the step moves (None for compute).
+        sync: wait for the current GPU at both ends, so that the kernels
+            the block launched are inside the event.
+    Returns:
+        A context manager; while nothing records, always the same
+        :data:`NO_SPAN`, so the step costs one call and an empty ``with``.
+    """
+    recorder = active
+    if recorder is None:
+        return NO_SPAN
+    return _Span(recorder, name, nbytes, sync)
+
+
+def no_span(name, nbytes=None, sync=False):
+    """:func:`span`'s signature, never timed: for a step that is timed in
+    one caller's context and not in another's."""
+    return NO_SPAN
 
 
 def to_trace(per_rank):

@@ -16,12 +16,13 @@ the non-blocking form of each call and waits for it in a loop of
   is done. A rank whose program ends (a normal return, ``sys.exit``, an
   uncaught exception with the abort hook off) sends a last note from an
   ``atexit`` hook: "left after collective #N". Waiting ranks read the notes.
-* **Verdicts.** From the notes a waiting rank concludes within seconds that
-  its collective cannot complete: a rank left before joining it, or a rank
-  waits for something that needs this rank while this rank waits here.
-  Failing that, it gives up after ``MINICHAIN_STALL_TIMEOUT`` seconds. Either
-  way it prints one line per fact (its collective and call count, what each
-  other rank was last seen doing) and ends the whole job (``MPI_Abort``).
+* **Verdicts** (:mod:`minichain.dist._stall_notes`). From the notes a
+  waiting rank concludes within seconds that its collective cannot
+  complete: a rank left before joining it, or a rank waits for something
+  that needs this rank while this rank waits here. Failing that, it gives
+  up after ``MINICHAIN_STALL_TIMEOUT`` seconds. Either way it prints one
+  line per fact (its collective and call count, what each other rank was
+  last seen doing) and ends the whole job (``MPI_Abort``).
 
 Why notes sent by ranks that already wait, rather than questions or
 one-sided reads: the good path pays nothing (a wait shorter than ``notice``
@@ -34,7 +35,7 @@ plus the last collective every rank passed is what the report shows.
 
 Collectives of different kinds (allreduce on one rank, bcast on another)
 are caught earlier, without waiting: every collective opens with the same
-small header (:func:`minichain.dist.safety.header`) carrying its kind and
+small header (:func:`minichain.dist.agreement.header`) carrying its kind and
 sequence number, so the ranks meet there whatever each called.
 
 ``MINICHAIN_STALL_TIMEOUT``: seconds (default 600); ``0`` turns the
@@ -52,7 +53,7 @@ import weakref
 
 import numpy
 
-from minichain.dist import _mpi
+from minichain.dist import _mpi, _stall_notes
 
 ENV = 'MINICHAIN_STALL_TIMEOUT'
 DEFAULT_TIMEOUT = 600.0
@@ -63,7 +64,6 @@ NAP = 0.001               # seconds between tests after SPIN
 READ_EVERY = 0.02         # seconds between two looks at the notes
 YIELD_EVERY = 32          # tests between two yields of the core
 ABORT_DELAY = 1.0         # seconds between the last words and MPI_Abort
-_TAG = 7
 
 _yield = getattr(os, 'sched_yield', lambda: time.sleep(0))
 _wires = weakref.WeakSet()
@@ -268,7 +268,12 @@ class Wire:
                     return
 
     def _watch(self, done, p2p, start):
+        """Wait for ``done()`` while reading the notes: post this rank's
+        own after ``notice`` seconds, give up on a verdict that held for
+        its grace, or after the stall timeout."""
         self.waiting = self._state(p2p)
+        # verdict: (conclusion, when to give up on it); a new conclusion
+        # starts its grace afresh.
         posted, verdict, next_read = False, None, 0.0
         try:
             while not done():
@@ -281,13 +286,15 @@ class Wire:
                         self._post(dict(self.waiting, state='waiting',
                                         waited=waited))
                         posted = True
-                    found = self._verdict()
+                    found = _stall_notes.verdict(self.waiting, self.peers,
+                                                 self.rank, self.notice)
                     if found is None or verdict is None or (
                             found[0] != verdict[0]):
                         verdict = found and (found[0], now + found[1])
                     if verdict is not None and now >= verdict[1]:
                         self._give_up(waited, verdict[0])
-                if waited > self.timeout + self._defer():
+                if waited > self.timeout + _stall_notes.defer(
+                        self.waiting, self.peers, self.rank, self.notice):
                     self._give_up(waited, None)
                 if waited > SPIN:
                     time.sleep(NAP)
@@ -311,54 +318,21 @@ class Wire:
             state['peer'] = peer if isinstance(peer, int) else None
         return state
 
-    def _defer(self):
-        """When a lower rank waits in the same collective, let it report
-        first (one report per job rather than one per rank)."""
-        mine = self.waiting
-        for r, note in self.peers.items():
-            if (r < self.rank and note['state'] == 'waiting'
-                    and note['collective'] and mine['collective']
-                    and note['seq'] == mine['seq']):
-                return 2 * self.notice
-        return 0.0
-
-    def _verdict(self):
-        """``(conclusion, grace seconds)`` when this wait cannot complete."""
-        mine = self.waiting
-        for r, note in sorted(self.peers.items()):
-            needed = mine['collective'] or mine['peer'] == r
-            if note['state'] == 'left' and needed:
-                if mine['collective'] and note['seq'] < mine['seq']:
-                    return ('rank {} will never join collective #{}: it left '
-                            'before'.format(r, mine['seq']), 0.0)
-                if not mine['collective']:
-                    return ('rank {} left without sending what rank {} waits '
-                            'for'.format(r, self.rank), 2 * self.notice)
-            if note['state'] != 'waiting' or not needed:
-                continue
-            same = (mine['collective'] and note['collective']
-                    and note['seq'] == mine['seq'])
-            needs_me = note['collective'] or note['peer'] == self.rank
-            if not same and needs_me:
-                return ('ranks {} and {} wait for each other: neither can go '
-                        'on'.format(*sorted((r, self.rank))), 2 * self.notice)
-        return None
-
     # -- notes ----------------------------------------------------------------
     def _post(self, note):
         data = pickle.dumps(note, pickle.HIGHEST_PROTOCOL)
         self.outbox = [(q, d) for q, d in self.outbox if not q.Test()]
         for r in range(self.size):
             if r != self.rank:
-                self.outbox.append((self.side.Isend(data, dest=r, tag=_TAG),
-                                    data))
+                request = self.side.Isend(data, dest=r, tag=_mpi.TAG_NOTE)
+                self.outbox.append((request, data))
 
     def _read_notes(self):
         MPI = _mpi.import_mpi()
         status = MPI.Status()
-        while self.side.Iprobe(MPI.ANY_SOURCE, _TAG, status):
+        while self.side.Iprobe(MPI.ANY_SOURCE, _mpi.TAG_NOTE, status):
             buf = bytearray(status.Get_count(MPI.BYTE))
-            self.side.Recv(buf, source=status.Get_source(), tag=_TAG)
+            self.side.Recv(buf, source=status.Get_source(), tag=_mpi.TAG_NOTE)
             note = pickle.loads(bytes(buf))
             note['received'] = time.monotonic()
             self.peers[status.Get_source()] = note
@@ -378,43 +352,11 @@ class Wire:
             time.sleep(NAP)
 
     # -- giving up ------------------------------------------------------------
-    def _report(self, waited, verdict):
-        mine = self.waiting
-        where = ('collective #{} of the'.format(mine['seq'])
-                 if mine['collective'] else 'the')
-        lines = ['rank {} has waited {:.1f} s {}{} ({} {} communicator over '
-                 '{} ranks)'.format(self.rank, waited, 'in ' if mine[
-                     'collective'] else 'to ', mine['what'], where,
-                     self.label, self.size)]
-        lines += [self._peer_line(r) for r in range(self.size)
-                  if r != self.rank]
-        lines.append('so: ' + (verdict or 'no progress for {:g} s, the stall '
-                               'timeout'.format(self.timeout)))
-        lines += _hints(mine['what'], self.peers)
+    def _give_up(self, waited, verdict):
+        lines = _stall_notes.report(self, waited, verdict)
         lines.append('ending the job with exit status {} ({}={:g} s; 0 turns '
                      'the watchdog off)'.format(EXIT_STATUS, ENV,
                                                 self.timeout))
-        return lines
-
-    def _peer_line(self, r):
-        note = self.peers.get(r)
-        if note is None or note['state'] == 'done':
-            seen = ('it joined collective #{} with the others'.format(
-                self.joined) if self.joined else 'it joined no collective of '
-                'this communicator yet')
-            return ('rank {}: no word from it: {}, and has waited in none '
-                    'since (it is busy elsewhere, or stopped)'.format(r, seen))
-        if note['state'] == 'left':
-            return 'rank {}: left ({}) {}'.format(r, note['reason'], (
-                'after collective #{} ({})'.format(note['seq'], note['what'])
-                if note['seq'] else 'before any collective'))
-        waited = note['waited'] + time.monotonic() - note['received']
-        return 'rank {}: waiting for {:.1f} s {}{}{}'.format(
-            r, waited, 'in ' if note['collective'] else 'to ', note['what'],
-            _seq(note))
-
-    def _give_up(self, waited, verdict):
-        lines = self._report(waited, verdict)
         text = ''.join('[rank {}] {}{}\n'.format(self.rank, PREFIX, line)
                        for line in lines)
         try:
@@ -422,26 +364,6 @@ class Wire:
             sys.stderr.write(text)
         finally:
             abort(EXIT_STATUS)
-
-
-def _seq(state):
-    return ' (collective #{})'.format(state['seq']) if state[
-        'collective'] else ''
-
-
-def _hints(what, peers):
-    text = ' '.join([what] + [n['what'] for n in peers.values()])
-    if any(n['state'] == 'left' and 'uncaught' not in n['reason']
-           for n in peers.values()):
-        return ['hint: when a rank runs out of data first, the others wait '
-                'for it: scatter_dataset makes shards of equal length by '
-                'default (force_equal_length=True), and minichain.dist.join '
-                'lets ranks finish shards of different lengths']
-    if 'multi_node_batch_normalization' in text:
-        return ['hint: MultiNodeBatchNormalization communicates in training '
-                'mode only: minichain.config.train must be the same on every '
-                'rank']
-    return []
 
 
 def _install_exit_note():

@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 FOLDERS = ('minichain', 'models', 'bench')
 _GETTERS = {'get_cupy': 'cupy', 'get_array_module': 'cupy',
-            'get_nccl': 'nccl'}
+            'get_nccl': 'nccl', 'nccl_module': 'nccl'}
 _CONVENTIONS = {'cupy': 'cupy', 'cp': 'cupy', 'nccl': 'nccl'}
 
 
@@ -84,8 +84,6 @@ def _bindings(scope):
             fn = _chain(value.func) or ['']
             if fn[-1] in _GETTERS:
                 kinds = [_GETTERS[fn[-1]]]
-            elif fn[-1] == 'nccl_module':
-                kinds = ['cupy', 'nccl']
         elif isinstance(value, ast.Attribute):
             c = _chain(value)
             if c and c[-1] == 'runtime':

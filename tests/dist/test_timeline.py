@@ -173,3 +173,41 @@ def test_optimizer_times_forward_backward_update(tmp_path):
         s <= e for s, e in zip(starts, ends))
     assert ends[0] <= starts[1]  # backward starts after forward ends
     assert comm.calls == ['bcast_data', 'mean_grad', 'mean_grad']
+
+
+def test_span_while_off_is_one_shared_object_and_reads_no_clock(monkeypatch):
+    def no_clock():
+        raise AssertionError('the clock was read with the timeline off')
+    monkeypatch.setattr(timeline.time, 'perf_counter', no_clock)
+    spans = [timeline.span('pack', 64), timeline.span('update', sync=True),
+             timeline.no_span('reduce', 8, sync=True)]
+    assert all(s is timeline.NO_SPAN for s in spans)
+    for s in spans:
+        with s as inside:
+            assert inside is timeline.NO_SPAN
+
+
+def test_span_records_its_block(tmp_path):
+    with timeline.record(tmp_path / 't.json', ONE, out=None) as rec:
+        with timeline.span('pack', 16):
+            pass
+        with timeline.span('allreduce', 16):  # stages nest inside a step
+            with timeline.span('reduce', 16):
+                pass
+            with timeline.no_span('bcast', 16):
+                pass
+        with timeline.span('forward'):
+            pass
+    assert [(e[0], e[3]) for e in rec.events] == [
+        ('pack', 16), ('reduce', 16), ('allreduce', 16), ('forward', None)]
+    pack, reduce, allreduce, forward = rec.events
+    assert pack[1] <= pack[2] <= allreduce[1] <= reduce[1] <= reduce[2] \
+        <= allreduce[2] <= forward[1] <= forward[2]
+
+
+def test_a_span_that_raises_records_nothing(tmp_path):
+    with timeline.record(tmp_path / 't.json', ONE, out=None) as rec:
+        with pytest.raises(ZeroDivisionError):
+            with timeline.span('pack', 8):
+                1 / 0
+        assert rec.events == []

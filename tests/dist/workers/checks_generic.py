@@ -224,10 +224,9 @@ def mnbn_device_formula(comm):
     local_mean = s / n
     m2 = ((mine - local_mean[None, :, None]) ** 2).sum(axis=axes)
     node = _GlobalMoments(comm, axes)
-    mean_h, var_h = node._combine_on_host(n, s, m2)
-    total_h = node.total
-    mean_d, var_d = node._combine_on_device(n, s, m2, local_mean)
-    assert node.total == total_h == len(x) * 5, (node.total, total_h)
+    mean_h, var_h, total_h = node._combine_on_host(n, s, m2)
+    mean_d, var_d, total_d = node._combine_on_device(n, s, m2, local_mean)
+    assert total_d == total_h == len(x) * 5, (total_d, total_h)
     want_mean, want_var = x.mean(axis=axes), x.var(axis=axes)
     assert numpy.allclose(mean_d, want_mean, rtol=1e-13, atol=0)
     assert numpy.allclose(var_d, want_var, rtol=1e-9, atol=0), (var_d,

@@ -1,0 +1,99 @@
+"""What a waiting rank makes of the other ranks' notes (the stall watchdog,
+:mod:`minichain.dist.watchdog`): whether its wait can still complete, and
+the lines it prints when it ends the job.
+
+A note is a dict: ``state`` (``'waiting'``, ``'done'`` or ``'left'``),
+``seq`` (the collectives its rank had begun), ``what`` (what it waits for,
+in words), ``collective`` (it waits in a collective, not for one message),
+``peer`` (the rank that message comes from or goes to, else None). A
+waiting note adds ``waited`` (seconds, when sent) and ``received`` (when
+read, on this rank's clock); a left note adds ``reason``.
+"""
+import time
+
+
+def defer(mine, peers, rank, notice):
+    """Seconds to wait longer before giving up: when a lower rank waits in
+    the same collective, it reports first (one report per job rather than
+    one per rank)."""
+    for r, note in peers.items():
+        if (r < rank and note['state'] == 'waiting'
+                and note['collective'] and mine['collective']
+                and note['seq'] == mine['seq']):
+            return 2 * notice
+    return 0.0
+
+
+def verdict(mine, peers, rank, notice):
+    """``(conclusion, grace seconds)`` when the wait ``mine`` of ``rank``
+    cannot complete, given the ``peers``' notes; None while it may."""
+    for r, note in sorted(peers.items()):
+        needed = mine['collective'] or mine['peer'] == r
+        if note['state'] == 'left' and needed:
+            if mine['collective'] and note['seq'] < mine['seq']:
+                return ('rank {} will never join collective #{}: it left '
+                        'before'.format(r, mine['seq']), 0.0)
+            if not mine['collective']:
+                return ('rank {} left without sending what rank {} waits '
+                        'for'.format(r, rank), 2 * notice)
+        if note['state'] != 'waiting' or not needed:
+            continue
+        same = (mine['collective'] and note['collective']
+                and note['seq'] == mine['seq'])
+        needs_me = note['collective'] or note['peer'] == rank
+        if not same and needs_me:
+            return ('ranks {} and {} wait for each other: neither can go '
+                    'on'.format(*sorted((r, rank))), 2 * notice)
+    return None
+
+
+def report(wire, waited, conclusion):
+    """The report of ``wire`` (a :class:`~minichain.dist.watchdog.Wire`
+    that gives up after ``waited`` seconds): its wait, what each other
+    rank was last seen doing, the ``conclusion`` (None: the stall timeout)
+    and a hint where one fits."""
+    mine = wire.waiting
+    where = ('collective #{} of the'.format(mine['seq'])
+             if mine['collective'] else 'the')
+    lines = ['rank {} has waited {:.1f} s {}{} ({} {} communicator over '
+             '{} ranks)'.format(wire.rank, waited, 'in ' if mine[
+                 'collective'] else 'to ', mine['what'], where,
+                 wire.label, wire.size)]
+    lines += [_peer_line(r, wire.peers.get(r), wire.joined)
+              for r in range(wire.size) if r != wire.rank]
+    lines.append('so: ' + (conclusion or 'no progress for {:g} s, the stall '
+                           'timeout'.format(wire.timeout)))
+    return lines + _hints(mine['what'], wire.peers)
+
+
+def _peer_line(r, note, joined):
+    if note is None or note['state'] == 'done':
+        seen = ('it joined collective #{} with the others'.format(joined)
+                if joined else 'it joined no collective of this '
+                'communicator yet')
+        return ('rank {}: no word from it: {}, and has waited in none '
+                'since (it is busy elsewhere, or stopped)'.format(r, seen))
+    if note['state'] == 'left':
+        return 'rank {}: left ({}) {}'.format(r, note['reason'], (
+            'after collective #{} ({})'.format(note['seq'], note['what'])
+            if note['seq'] else 'before any collective'))
+    waited = note['waited'] + time.monotonic() - note['received']
+    return 'rank {}: waiting for {:.1f} s {}{}{}'.format(
+        r, waited, 'in ' if note['collective'] else 'to ', note['what'],
+        ' (collective #{})'.format(note['seq']) if note['collective']
+        else '')
+
+
+def _hints(what, peers):
+    text = ' '.join([what] + [n['what'] for n in peers.values()])
+    if any(n['state'] == 'left' and 'uncaught' not in n['reason']
+           for n in peers.values()):
+        return ['hint: when a rank runs out of data first, the others wait '
+                'for it: scatter_dataset makes shards of equal length by '
+                'default (force_equal_length=True), and minichain.dist.join '
+                'lets ranks finish shards of different lengths']
+    if 'multi_node_batch_normalization' in text:
+        return ['hint: MultiNodeBatchNormalization communicates in training '
+                'mode only: minichain.config.train must be the same on every '
+                'rank']
+    return []
