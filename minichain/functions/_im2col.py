@@ -26,13 +26,12 @@ operands as views (BLAS reads them in place) and only small chunks are
 ever reordered.
 """
 import collections
-import threading
 
 import numpy
 from numpy.lib.stride_tricks import as_strided
 
 from minichain import backend, host
-from minichain.functions import _layout, _parallel
+from minichain.functions import _batch_last, _conv_matrices, _parallel
 
 Geometry = collections.namedtuple(
     'Geometry', 'kh kw sy sx ph pw dy dx h w oh ow')
@@ -50,6 +49,11 @@ _FLIP_MIN_COLUMNS = 4096
 # reads it (an image at 224 px has up to 7 MiB of columns). The figures
 # behind these constants: bench/README.md.
 _BAND_BYTES = 2 << 20
+# Images-last columns (_batch_last.py) for maps at most this wide, in
+# chunks of at least this many images: at 14x14 and wider, or in smaller
+# chunks, the usual columns copied as fast.
+_BATCH_LAST_MAX_WIDTH = 7
+_BATCH_LAST_MIN_IMAGES = 8
 
 
 def conv_outsize(size, k, s, p, cover_all=False, d=1):
@@ -74,24 +78,7 @@ def is_pointwise(g):
             and (g.oh, g.ow) == (g.h, g.w))
 
 
-# -- CPU workspaces ----------------------------------------------------------
-_local = threading.local()
-
-
-def _workspace(name, shape, dtype):
-    """A per-thread scratch array, reused across calls (never returned).
-
-    Fresh multi-megabyte arrays cost page faults on every call; these
-    transient buffers (col chunks, transposed chunks) are reused instead.
-    """
-    store = _local.__dict__.setdefault('buffers', {})
-    dtype = numpy.dtype(dtype)
-    nbytes = int(numpy.prod(shape)) * dtype.itemsize
-    buf = store.get(name)
-    if buf is None or buf.nbytes < nbytes:
-        buf = numpy.empty(nbytes, dtype=numpy.uint8)
-        store[name] = buf
-    return buf[:nbytes].view(dtype).reshape(shape)
+_workspace = _parallel.workspace
 
 
 # -- window helpers ----------------------------------------------------------
@@ -229,7 +216,7 @@ def _column_builder(x, g):
             return _cuda_kernels.im2col(x[n0:n1], g, batch_major=False
                                         ).reshape(k, b * p)
         if is_pointwise(g):
-            m = _matrix(x, n0, n1, 1)
+            m = _conv_matrices.matrix(x, n0, n1, 1)
             if m is not None:  # the input itself, read in place
                 return m[0]
         if last[0] != (n0, n1):
@@ -258,67 +245,6 @@ def _bands(xp, chunks, g, col_bytes_per_row):
     return out
 
 
-def _matrix(a, n0, n1, groups, rows=None):
-    """Images n0..n1 of ``a`` (N, C, oh, ow) as a (G, C/G, columns) view
-    that BLAS reads or writes in place (output rows ``rows = (r0, r1)`` of
-    a single image only, when given), or None where the memory has no such
-    view: NCHW across several images (``_layout.py``)."""
-    c, ow = a.shape[1], a.shape[3]
-    p = a.shape[2] * ow
-    ac = _layout.channel_major(a)
-    if ac is not None:  # (C, N*P): the images' columns side by side
-        m, lo = ac.reshape(groups, c // groups, -1), n0 * p
-    elif n1 - n0 == 1 and a[n0].flags.c_contiguous:
-        m, lo = a[n0].reshape(groups, c // groups, p), 0
-    else:
-        return None
-    if rows is None:
-        return m[:, :, lo:lo + (n1 - n0) * p]
-    return m[:, :, lo + rows[0] * ow:lo + rows[1] * ow]
-
-
-def _operand(a, n0, n1, groups, rows, name):
-    """:func:`_matrix`, or the images reordered into workspace ``name``
-    where no view exists."""
-    m = _matrix(a, n0, n1, groups, rows)
-    if m is not None:
-        return m
-    c, ow = a.shape[1], a.shape[3]
-    xp = backend.get_array_module(a)
-    shape = (c, n1 - n0, a.shape[2] * ow)
-    out = (_workspace(name, shape, a.dtype) if xp is numpy
-           else xp.empty(shape, a.dtype))
-    xp.copyto(out, a[n0:n1].reshape(n1 - n0, *shape[::2]).transpose(1, 0, 2))
-    m = out.reshape(groups, c // groups, -1)
-    return m if rows is None else m[:, :, rows[0] * ow:rows[1] * ow]
-
-
-def _store_chunk(y, n0, n1, prod):
-    """Write a (G, O/G, B*P) product into y[n0:n1] (NCHW)."""
-    xp = backend.get_array_module(y)
-    b, o = n1 - n0, y.shape[1]
-    xp.copyto(y[n0:n1].reshape(b, o, -1),
-              prod.reshape(o, b, -1).transpose(1, 0, 2))
-
-
-def _output(xp, shape, dtype, zeros=False):
-    """A kernel's (N, C, h, w) result: channel-major on the CPU."""
-    if xp is numpy:
-        make = (_layout.zeros_channel_major if zeros
-                else _layout.empty_channel_major)
-        return make(shape, dtype)
-    return (xp.zeros if zeros else xp.empty)(shape, dtype)
-
-
-def _product_into(y, n0, n1, rows, a, b):
-    """``a @ b`` written into images n0..n1 (rows ``rows``) of y."""
-    out = _matrix(y, n0, n1, a.shape[0], rows)
-    if out is not None:
-        _parallel.matmul(a, b, out=out)
-    else:
-        _store_chunk(y, n0, n1, _parallel.matmul(a, b))
-
-
 @host.cpu_kernel
 def conv_forward(x, W, g, groups):
     """y = conv(x, W) without bias; x (N, C, h, w), W (O, C/G, kh, kw)."""
@@ -327,20 +253,41 @@ def conv_forward(x, W, g, groups):
     o = W.shape[0]
     p = g.oh * g.ow
     w2 = W.reshape(groups, o // groups, -1)
-    y = _output(xp, (n, o, g.oh, g.ow), x.dtype)
+    y = _conv_matrices.output(xp, (n, o, g.oh, g.ow), x.dtype)
     per_image = c * g.kh * g.kw * p * x.dtype.itemsize
+
+    if (xp is numpy and is_pointwise(g)
+            and _conv_matrices.matrix(x, 0, n, 1) is not None):
+        chunks = _view_chunks(n, p)
+    else:
+        chunks = _chunks(xp, n, per_image, p)
 
     def run(pieces):
         cols = _column_builder(x, g)
         for n0, n1, rows in pieces:
+            if _batch_last_fits(xp, g, n0, n1, rows):
+                col = _batch_last.columns(x, g, n0, n1)
+                prod = _workspace('prod', (groups, o // groups, col.shape[1]),
+                                  x.dtype)
+                _parallel.matmul(w2, col.reshape(groups, w2.shape[2], -1),
+                                 out=prod)
+                _batch_last.scatter(y, n0, n1, prod)
+                continue
             col = cols(n0, n1, rows).reshape(groups, w2.shape[2], -1)
-            _product_into(y, n0, n1, rows, w2, col)
-    if xp is numpy and is_pointwise(g) and _matrix(x, 0, n, 1) is not None:
-        chunks = _view_chunks(n, p)
-    else:
-        chunks = _chunks(xp, n, per_image, p)
+            _conv_matrices.product_into(y, n0, n1, rows, w2, col)
     _parallel.over_chunks(run, _bands(xp, chunks, g, per_image // g.oh))
     return y
+
+
+def _batch_last_fits(xp, g, n0, n1, rows):
+    """Whether images n0..n1 take the images-last columns
+    (``_batch_last.py``): on the CPU, for windows wider than one pixel
+    over maps at most _BATCH_LAST_MAX_WIDTH wide, and chunks of at least
+    _BATCH_LAST_MIN_IMAGES whole images (where the runs it copies are
+    that many times longer)."""
+    return (xp is numpy and not is_pointwise(g) and rows is None
+            and g.ow <= _BATCH_LAST_MAX_WIDTH
+            and n1 - n0 >= _BATCH_LAST_MIN_IMAGES)
 
 
 @host.cpu_kernel
@@ -362,15 +309,22 @@ def conv_grad_w(x, gy, g, groups, w_shape):
         acc = None
         cols = _column_builder(x, g)
         for n0, n1, rows in pieces:
-            col = cols(n0, n1, rows).reshape(groups, k, -1)
-            gyc = _operand(gy, n0, n1, groups, rows, 'gy')
+            if _batch_last_fits(xp, g, n0, n1, rows):
+                col = _batch_last.columns(x, g, n0, n1).reshape(
+                    groups, k, -1)
+                gyc = _batch_last.gather(gy, n0, n1, 'gy').reshape(
+                    groups, o // groups, -1)
+            else:
+                col = cols(n0, n1, rows).reshape(groups, k, -1)
+                gyc = _conv_matrices.operand(gy, n0, n1, groups, rows, 'gy')
             # gy @ col^T lands in W's layout; BLAS reads col^T in place.
             part = (_parallel.matmul(col, gyc.transpose(0, 2, 1)) if flip
                     else _parallel.matmul(gyc, col.transpose(0, 2, 1)))
             acc = part if acc is None else xp.add(acc, part, out=acc)
         return acc
-    if (xp is numpy and is_pointwise(g) and _matrix(x, 0, n, 1) is not None
-            and _matrix(gy, 0, n, groups) is not None):
+    if (xp is numpy and is_pointwise(g)
+            and _conv_matrices.matrix(x, 0, n, 1) is not None
+            and _conv_matrices.matrix(gy, 0, n, groups) is not None):
         chunks = _view_chunks(n, p)
     else:
         chunks = _chunks(xp, n, per_image, p)
@@ -413,13 +367,13 @@ def deconv_forward(x, W, g, groups):
     p = g.oh * g.ow
     w2t = W.reshape(groups, o // groups, -1).transpose(0, 2, 1)
     if is_pointwise(g):
-        y = _output(xp, (n, c, g.h, g.w), x.dtype)
+        y = _conv_matrices.output(xp, (n, c, g.h, g.w), x.dtype)
 
         def run_pointwise(chunks):
             for n0, n1 in chunks:
-                xc = _operand(x, n0, n1, groups, None, 'x')
-                _product_into(y, n0, n1, None, w2t, xc)
-        if xp is numpy and _matrix(x, 0, n, groups) is not None:
+                xc = _conv_matrices.operand(x, n0, n1, groups, None, 'x')
+                _conv_matrices.product_into(y, n0, n1, None, w2t, xc)
+        if xp is numpy and _conv_matrices.matrix(x, 0, n, groups) is not None:
             chunks = _view_chunks(n, p)
         else:
             chunks = _chunks(xp, n, o * p * x.dtype.itemsize, p)
@@ -431,18 +385,18 @@ def deconv_forward(x, W, g, groups):
                       g.oh, g.ow, g.h, g.w)
         return conv_forward(x, _flipped_weight(W, groups), fg, groups)
     if xp is not numpy:
-        xc = _operand(x, 0, n, groups, None, 'x')
+        xc = _conv_matrices.operand(x, 0, n, groups, None, 'x')
         col = xp.matmul(w2t, xc).reshape(c, g.kh, g.kw, n, g.oh, g.ow)
         from minichain.functions import _cuda_kernels
         return _cuda_kernels.col2im(col, g, batch_major=False)
-    y = _output(xp, (n, c, g.h, g.w), x.dtype, zeros=True)
+    y = _conv_matrices.output(xp, (n, c, g.h, g.w), x.dtype, zeros=True)
     yc = y.swapaxes(0, 1)  # (C, N, h, w), C-contiguous
     per_image = c * g.kh * g.kw * p * x.dtype.itemsize
 
     def run(chunks):
         for n0, n1 in chunks:
             b = n1 - n0
-            xc = _operand(x, n0, n1, groups, None, 'x')
+            xc = _conv_matrices.operand(x, n0, n1, groups, None, 'x')
             col = _workspace('col', (groups, cg * g.kh * g.kw, b * p),
                              x.dtype)
             _parallel.matmul(w2t, xc, out=col)

@@ -182,3 +182,22 @@ def matmul(a, b, out=None):
     _run_shares(lambda s: numpy.matmul(a[..., s, :], b, out=out[..., s, :]),
                 _even_slices(rows, n))
     return out
+
+
+_scratch = threading.local()  # .buffers: workspace's arrays, by name
+
+
+def workspace(name, shape, dtype):
+    """A per-thread scratch array, reused across calls (never returned).
+
+    Fresh multi-megabyte arrays cost page faults on every call; these
+    transient buffers (col chunks, transposed chunks) are reused instead.
+    """
+    store = _scratch.__dict__.setdefault('buffers', {})
+    dtype = numpy.dtype(dtype)
+    nbytes = int(numpy.prod(shape)) * dtype.itemsize
+    buf = store.get(name)
+    if buf is None or buf.nbytes < nbytes:
+        buf = numpy.empty(nbytes, dtype=numpy.uint8)
+        store[name] = buf
+    return buf[:nbytes].view(dtype).reshape(shape)
