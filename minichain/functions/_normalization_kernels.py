@@ -202,6 +202,8 @@ def cpu_forward(x, gamma, beta, eps, lay):
     if x.dtype == numpy.float16:
         y, *stats = cpu_forward(*_wide(x, gamma, beta), eps, lay)
         return (y.astype(numpy.float16),) + tuple(stats)
+    if _by_channels(lay, x):
+        return _forward_by_channels(x, gamma, beta, eps, lay)
     m = lay.m
     mean = channel_sum(x, lay) / m
     xc = None
@@ -240,6 +242,8 @@ def cpu_backward(x, gamma, gy, mean, inv_std, centered, lay):
         x, gamma, gy = _wide(x, gamma, gy)
         grads = cpu_backward(x, gamma, gy, mean, inv_std, centered, lay)
         return tuple(g.astype(numpy.float16) for g in grads)
+    if _by_channels(lay, x, gy):
+        return _backward_by_channels(x, gamma, gy, mean, inv_std, lay)
     m = lay.m
     gbeta = channel_sum(gy, lay)
     if centered:
@@ -256,6 +260,64 @@ def cpu_backward(x, gamma, gy, mean, inv_std, centered, lay):
     channel_op(numpy.multiply, gx, a, lay, out=gx)
     channel_op(numpy.add, gx, a * r, lay, out=gx)
     return gx, ggamma, gbeta
+
+
+def _by_channels(lay, *arrays):
+    """Whether the arrays are channel-major (``_layout.py``): each channel
+    one contiguous row, so that a block of channels goes through all the
+    passes of batch normalization while it is in cache."""
+    views = _views(lay, *arrays)
+    return views is not None and views[0].shape[0] == 1
+
+
+def _forward_by_channels(x, gamma, beta, eps, lay):
+    """:func:`cpu_forward` over blocks of channels of a channel-major x,
+    each block read from memory once; always two-pass (``x - mean`` costs
+    little in cache), hence ``centered``."""
+    y = _layout.empty_like_dense(x)
+    (_, C, L), m = _as3d(x, lay).shape, lay.m
+    x2, y2 = _as3d(x, lay)[0], _as3d(y, lay)[0]
+    gamma, beta = gamma.reshape(C), beta.reshape(C)
+    mean, var, inv_std = (numpy.empty(C, x.dtype) for _ in range(3))
+    ones = numpy.ones(L, x.dtype)
+
+    def block(c):
+        xs, ys = x2[c], y2[c]
+        mean[c] = (xs @ ones) / m
+        xc = numpy.subtract(xs, mean[c, None], out=ys)
+        var[c] = (xc[:, None, :] @ xc[:, :, None]).reshape(-1) / m
+        inv_std[c] = 1 / numpy.sqrt(var[c] + eps)
+        numpy.multiply(xc, (gamma[c] * inv_std[c])[:, None], out=ys)
+        numpy.add(ys, beta[c, None], out=ys)
+    _per_channel(block, _as3d(x, lay), 2 * x.nbytes)
+    shape = lay.cshape
+    return (y, mean.reshape(shape), var.reshape(shape),
+            inv_std.reshape(shape), True)
+
+
+def _backward_by_channels(x, gamma, gy, mean, inv_std, lay):
+    """:func:`cpu_backward` (centered) over blocks of channels of
+    channel-major x and gy, each block read from memory once."""
+    gx = _layout.empty_like_dense(x)
+    (_, C, L), m = _as3d(x, lay).shape, lay.m
+    x2, gy2, gx2 = (_as3d(a, lay)[0] for a in (x, gy, gx))
+    gamma, mean, inv_std = (a.reshape(C) for a in (gamma, mean, inv_std))
+    ggamma, gbeta = numpy.empty(C, x.dtype), numpy.empty(C, x.dtype)
+    ones = numpy.ones(L, x.dtype)
+
+    def block(c):
+        xs, gs, os = x2[c], gy2[c], gx2[c]
+        gbeta[c] = gs @ ones
+        xc = numpy.subtract(xs, mean[c, None], out=os)
+        ggamma[c] = inv_std[c] * (gs[:, None, :] @ xc[:, :, None]).reshape(-1)
+        q = inv_std[c] * ggamma[c] / m
+        a = gamma[c] * inv_std[c]
+        numpy.multiply(xc, -q[:, None], out=os)  # gx = a * (gy - q xc + r)
+        numpy.add(os, gs, out=os)
+        numpy.multiply(os, a[:, None], out=os)
+        numpy.add(os, (a * -gbeta[c] / m)[:, None], out=os)
+    _per_channel(block, _as3d(x, lay), 3 * x.nbytes)
+    return gx, ggamma.reshape(lay.cshape), gbeta.reshape(lay.cshape)
 
 
 # -- GPU ----------------------------------------------------------------------
