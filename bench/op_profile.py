@@ -14,8 +14,17 @@ for. With ``--lockstep`` the copies also start every step together (the
 driver waits until all are ready), as ranks do after each allreduce, so
 that they run the same phases at the same moment.
 
+``--threads N`` profiles one process with N threads instead (as
+``bench/resnet50_step.py`` runs it; no copies), and ``--torch`` adds
+PyTorch's step at the same shape and thread count, by aten op (self time,
+``torch.profiler``): ``mkldnn_convolution`` is its forward convolution,
+``convolution_backward`` both of its gradients, ``add_`` mostly the
+gradient accumulation and the SGD update.
+
     PYTHONPATH=. python bench/op_profile.py [--batch 8] [--size 224]
-        [--steps 4] [--copies 2] [--lockstep]
+        [--stem imagenet] [--steps 4] [--copies 2] [--lockstep]
+    PYTHONPATH=. python bench/op_profile.py --batch 32 --size 28 \
+        --stem small2 --threads 2 --torch
 """
 import argparse
 import collections
@@ -29,8 +38,6 @@ import time
 import numpy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ONE_THREAD = {'OPENBLAS_NUM_THREADS': '1', 'OMP_NUM_THREADS': '1',
-              'MKL_NUM_THREADS': '1', 'MINICHAIN_HOST_THREADS': '1'}
 
 
 def _subclasses(cls):
@@ -71,7 +78,7 @@ def worker(args):
     from minichain import host, optimizers
     host.tune_malloc()  # reuse freed activation buffers (minichain.host)
     from models.resnet import ResNet50, loss_and_accuracy
-    model = ResNet50(1000, stem='imagenet' if args.size > 64 else 'small')
+    model = ResNet50(1000, stem=args.stem)
     opt = optimizers.MomentumSGD(lr=0.01, momentum=0.9).setup(model)
     rng = numpy.random.default_rng(0)
     x = rng.standard_normal((args.batch, 3, args.size, args.size),
@@ -109,14 +116,43 @@ def _lockstep(procs, steps):
             return
 
 
-def run_copies(args, copies):
+def torch_worker(args):
+    """PyTorch's step profiled by aten op; prints {op: seconds per step}."""
+    sys.path.insert(0, os.path.join(ROOT, 'bench'))
+    import _torch_models
+    from torch.profiler import ProfilerActivity, profile
+    step = _torch_models.torch_step('resnet50', args.stem, args.batch,
+                                    args.size, args.threads)
+    step()  # warm-up: oneDNN picks its kernels
+    step()
+    total = 0.0
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(args.steps):
+            total += step()
+    per_step = {}
+    for e in prof.key_averages():
+        if e.key.startswith('aten::'):
+            per_step[e.key[6:]] = e.self_cpu_time_total / 1e6 / args.steps
+    per_step['other'] = total / args.steps - sum(per_step.values())
+    per_step['total'] = total / args.steps
+    print(json.dumps(per_step))
+
+
+def _env(threads):
+    n = str(threads)
+    return {'OPENBLAS_NUM_THREADS': n, 'OMP_NUM_THREADS': n,
+            'MKL_NUM_THREADS': n, 'MINICHAIN_HOST_THREADS': n}
+
+
+def run_copies(args, copies, framework='minichain'):
     """Start ``copies`` workers at once; return their profiles."""
-    cmd = [sys.executable, os.path.abspath(__file__), '--worker',
+    cmd = [sys.executable, os.path.abspath(__file__), '--worker', framework,
            '--batch', str(args.batch), '--size', str(args.size),
+           '--stem', args.stem, '--threads', str(args.threads),
            '--steps', str(args.steps)]
     if args.lockstep:
         cmd.append('--lockstep')
-    env = dict(os.environ, **ONE_THREAD)
+    env = dict(os.environ, **_env(args.threads))
     procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, env=env)
              for _ in range(copies)]
@@ -133,26 +169,39 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--batch', type=int, default=8)
     p.add_argument('--size', type=int, default=224)
+    p.add_argument('--stem', choices=['imagenet', 'small', 'small2'],
+                   help='default: imagenet above 64 px, else small')
+    p.add_argument('--threads', type=int, default=1,
+                   help='threads of the process (more than 1: no copies)')
+    p.add_argument('--torch', action='store_true',
+                   help="also profile PyTorch's step by aten op")
     p.add_argument('--steps', type=int, default=4, help='timed steps')
     p.add_argument('--copies', type=int, default=2,
                    help='also profile this many copies at once (1: skip)')
     p.add_argument('--lockstep', action='store_true',
                    help='the copies start every step together, as MPI ranks '
                         'do after each allreduce (default: free-running)')
-    p.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
+    p.add_argument('--worker', nargs='?', const='minichain',
+                   choices=['minichain', 'torch'], help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.stem is None:
+        args.stem = 'imagenet' if args.size > 64 else 'small'
+    if args.worker == 'torch':
+        return torch_worker(args)
     if args.worker:
         return worker(args)
+    if args.threads < 1:
+        p.error('--threads must be at least 1')
     alone = run_copies(args, 1)[0]
     cols = [('1 copy', alone)]
-    if args.copies > 1:
+    if args.copies > 1 and args.threads == 1:
         many = run_copies(args, args.copies)
         mean = {k: sum(m.get(k, 0.0) for m in many) / len(many)
                 for k in alone}
         cols.append(('{} copies'.format(args.copies), mean))
-    print('ResNet-50, batch {}, {} px, one BLAS thread; seconds per step '
-          '(mean of {} steps after a warm-up){}'.format(
-              args.batch, args.size, args.steps,
+    print('ResNet-50, batch {}, {} px, {} stem, {} thread(s); seconds per '
+          'step (mean of {} steps after a warm-up){}'.format(
+              args.batch, args.size, args.stem, args.threads, args.steps,
               '; the copies in lockstep' if args.lockstep else ''))
     print('{:<28}'.format('op') + ''.join('{:>10}'.format(c) for c, _ in cols)
           + ('   growth' if len(cols) > 1 else ''))
@@ -171,6 +220,21 @@ def main():
         if len(cols) > 1 and alone[k] > 0.005:
             row += '   {:+5.0f}%'.format(100 * (cols[1][1][k] / alone[k] - 1))
         print(row)
+    if args.torch:
+        print_torch(run_copies(args, 1, 'torch')[0])
+
+
+def print_torch(prof, rows=12):
+    """PyTorch's top aten ops by self time, then the rest."""
+    print('PyTorch, the same step: seconds per step by aten op (self time)')
+    ops = sorted((k for k in prof if k not in ('other', 'total')),
+                 key=lambda k: -prof[k])
+    for k in ops[:rows]:
+        print('{:<28}{:>10.3f}'.format(k, prof[k]))
+    print('{:<28}{:>10.3f}'.format('{} other aten ops'.format(
+        len(ops[rows:])), sum(prof[k] for k in ops[rows:])))
+    for k in ('other', 'total'):
+        print('{:<28}{:>10.3f}'.format(k, prof[k]))
 
 
 if __name__ == '__main__':

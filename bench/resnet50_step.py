@@ -2,12 +2,15 @@
 
 A step is forward + softmax cross-entropy + backward + MomentumSGD update in
 float32. Each framework runs in its own worker process (so thread pools and
-peak memory do not mix) at batch 8 / 224x224 (ImageNet stem) and batch 32 /
-32x32 (small-input stem). The two workers warm up, then take turns, one step
-each (``_interleave.py`` says why): every minichain step has a PyTorch step
-seconds away, and the speed ratio is the median over those pairs. The script
-prints the median step time, images per second, achieved GFLOP/s, the
-fraction of the machine's peak, the peak resident memory, and the ratios.
+peak memory do not mix) at batch 8 / 224x224 (ImageNet stem), batch 32 /
+32x32 (small-input stem) and batch 32 / 28x28 with the stride-2 small stem
+(``small2``: the main job, ``make train``, whose maps are 14x14 into the
+first stage and 2x2 at the last). The two workers warm up, then take turns,
+one step each (``_interleave.py`` says why): every minichain step has a
+PyTorch step seconds away, and the speed ratio is the median over those
+pairs. The script prints the median step time, images per second, achieved
+GFLOP/s, the fraction of the machine's peak, the peak resident memory, and
+the ratios.
 
     python bench/resnet50_step.py [--steps 5] [--warmup 2] [--peak 232]
         [--repeat K] [--config 8x224:imagenet ...] [--threads N]
@@ -32,7 +35,7 @@ import _interleave  # noqa: E402
 import _torch_models  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
-CONFIGS = [(8, 224, 'imagenet'), (32, 32, 'small')]
+CONFIGS = [(8, 224, 'imagenet'), (32, 32, 'small'), (32, 28, 'small2')]
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') \
     else (os.cpu_count() or 1)
 
@@ -158,8 +161,8 @@ def main():
                    help='start the workers K times; print every run\'s '
                         'median ratio and the median over all pairs')
     p.add_argument('--config', type=parse_config, action='append',
-                   help='BATCHxSIZE:STEM (repeatable; default 8x224:imagenet'
-                        ' and 32x32:small)')
+                   help='BATCHxSIZE:STEM (repeatable; default 8x224:imagenet,'
+                        ' 32x32:small and 32x28:small2)')
     p.add_argument('--threads', type=int, default=CORES,
                    help='threads of each framework: minichain\'s own '
                         '(set as its BLAS thread count), intra-op threads '

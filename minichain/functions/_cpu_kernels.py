@@ -24,12 +24,13 @@ share the product out.
 import numpy
 
 from minichain import host
-from minichain.functions import _parallel
+from minichain.functions import _layout, _parallel
 
 
 def fits(*arrays):
     """True when every array is a NumPy array of one shape and dtype: what
-    the elementwise kernels here take."""
+    the elementwise kernels here take (any strides; their outputs keep the
+    inputs' memory layout, see ``_layout.py``)."""
     a = arrays[0]
     return all(isinstance(b, numpy.ndarray) and b.shape == a.shape
                and b.dtype == a.dtype for b in arrays)
@@ -39,7 +40,7 @@ def fits(*arrays):
 def add(a, b):
     """``a + b`` (one shape and dtype) into a fresh array."""
     return _parallel.elementwise(lambda o, u, v: numpy.add(u, v, out=o),
-                                 numpy.empty(a.shape, a.dtype), a, b)
+                                 _layout.empty_like_dense(a, b), a, b)
 
 
 @host.cpu_kernel
@@ -47,7 +48,7 @@ def relu(x):
     """``max(x, 0)`` into a fresh array."""
     zero = x.dtype.type(0)
     return _parallel.elementwise(lambda o, a: numpy.maximum(a, zero, out=o),
-                                 numpy.empty_like(x), x)
+                                 _layout.empty_like_dense(x), x)
 
 
 def _relu_grad_block(out, y, gy):
@@ -60,7 +61,8 @@ def _relu_grad_block(out, y, gy):
 @host.cpu_kernel
 def relu_grad(y, gy):
     """``gy * (y > 0)`` into a fresh array."""
-    return _parallel.elementwise(_relu_grad_block, numpy.empty_like(gy), y, gy)
+    return _parallel.elementwise(_relu_grad_block,
+                                 _layout.empty_like_dense(y, gy), y, gy)
 
 
 @host.cpu_kernel

@@ -26,13 +26,12 @@ operands as views (BLAS reads them in place) and only small chunks are
 ever reordered.
 """
 import collections
-import threading
 
 import numpy
 from numpy.lib.stride_tricks import as_strided
 
 from minichain import backend, host
-from minichain.functions import _parallel
+from minichain.functions import _batch_last, _conv_matrices, _parallel
 
 Geometry = collections.namedtuple(
     'Geometry', 'kh kw sy sx ph pw dy dx h w oh ow')
@@ -50,6 +49,11 @@ _FLIP_MIN_COLUMNS = 4096
 # reads it (an image at 224 px has up to 7 MiB of columns). The figures
 # behind these constants: bench/README.md.
 _BAND_BYTES = 2 << 20
+# Images-last columns (_batch_last.py) for maps at most this wide, in
+# chunks of at least this many images: at 14x14 and wider, or in smaller
+# chunks, the usual columns copied as fast.
+_BATCH_LAST_MAX_WIDTH = 7
+_BATCH_LAST_MIN_IMAGES = 8
 
 
 def conv_outsize(size, k, s, p, cover_all=False, d=1):
@@ -74,24 +78,7 @@ def is_pointwise(g):
             and (g.oh, g.ow) == (g.h, g.w))
 
 
-# -- CPU workspaces ----------------------------------------------------------
-_local = threading.local()
-
-
-def _workspace(name, shape, dtype):
-    """A per-thread scratch array, reused across calls (never returned).
-
-    Fresh multi-megabyte arrays cost page faults on every call; these
-    transient buffers (col chunks, transposed chunks) are reused instead.
-    """
-    store = _local.__dict__.setdefault('buffers', {})
-    dtype = numpy.dtype(dtype)
-    nbytes = int(numpy.prod(shape)) * dtype.itemsize
-    buf = store.get(name)
-    if buf is None or buf.nbytes < nbytes:
-        buf = numpy.empty(nbytes, dtype=numpy.uint8)
-        store[name] = buf
-    return buf[:nbytes].view(dtype).reshape(shape)
+_workspace = _parallel.workspace
 
 
 # -- window helpers ----------------------------------------------------------
@@ -128,16 +115,20 @@ def window_slices(g):
 def _padded_windows(x, g, ws_name=None):
     """A strided view (B, C, kh, kw, oh, ow) of ``x`` padded with zeros.
 
-    The zero-padded copy goes to a workspace when ``ws_name`` is given.
+    The zero-padded copy goes to a workspace when ``ws_name`` is given; it
+    keeps the order of x's memory (a channel-major x, whose batch stride
+    is the smaller one, is padded as (C, B, ...) planes).
     """
     ext_h = (g.oh - 1) * g.sy + (g.kh - 1) * g.dy + 1
     ext_w = (g.ow - 1) * g.sx + (g.kw - 1) * g.dx + 1
     hh = max(0, min(g.h, ext_h - g.ph))  # input rows that windows reach
     ww = max(0, min(g.w, ext_w - g.pw))
+    swap = x.strides[0] < x.strides[1]
+    planes = x.swapaxes(0, 1) if swap else x
     if g.ph == g.pw == 0 and ext_h <= g.h and ext_w <= g.w:
-        xp = x
+        xp = planes
     else:
-        shape = x.shape[:2] + (ext_h, ext_w)
+        shape = planes.shape[:2] + (ext_h, ext_w)
         if ws_name is None:
             xp = numpy.zeros(shape, x.dtype)
         else:
@@ -146,11 +137,12 @@ def _padded_windows(x, g, ws_name=None):
             xp[:, :, g.ph + hh:] = 0
             xp[:, :, :, :g.pw] = 0
             xp[:, :, :, g.pw + ww:] = 0
-        xp[:, :, g.ph:g.ph + hh, g.pw:g.pw + ww] = x[:, :, :hh, :ww]
+        xp[:, :, g.ph:g.ph + hh, g.pw:g.pw + ww] = planes[:, :, :hh, :ww]
     s = xp.strides
-    return as_strided(xp, x.shape[:2] + (g.kh, g.kw, g.oh, g.ow),
-                      (s[0], s[1], s[2] * g.dy, s[3] * g.dx,
-                       s[2] * g.sy, s[3] * g.sx), writeable=False)
+    win = as_strided(xp, xp.shape[:2] + (g.kh, g.kw, g.oh, g.ow),
+                     (s[0], s[1], s[2] * g.dy, s[3] * g.dx,
+                      s[2] * g.sy, s[3] * g.sx), writeable=False)
+    return win.swapaxes(0, 1) if swap else win
 
 
 # -- public layout (N, C, kh, kw, oh, ow) -------------------------------------
@@ -196,6 +188,18 @@ def _chunks(xp, n, per_image_bytes, p):
     return [(i, min(n, i + b)) for i in range(0, n, b)]
 
 
+def _view_chunks(n, p):
+    """Chunks for products whose operands are all views (no columns to
+    build): one run of images per thread while each keeps _MIN_COLUMNS
+    columns, else the whole batch in one product, which
+    ``_parallel.matmul`` then cuts into row blocks."""
+    threads = min(_parallel.product_threads(), n)
+    if threads < 2 or n * p < threads * _MIN_COLUMNS:
+        return [(0, n)]
+    return [(n * i // threads, n * (i + 1) // threads)
+            for i in range(threads)]
+
+
 def _column_builder(x, g):
     """``cols(n0, n1, rows)``: the columns of images n0..n1 as a
     (C*kh*kw, B*oh*ow) matrix, or with ``rows = (r0, r1)`` (one image, CPU)
@@ -211,8 +215,10 @@ def _column_builder(x, g):
             from minichain.functions import _cuda_kernels
             return _cuda_kernels.im2col(x[n0:n1], g, batch_major=False
                                         ).reshape(k, b * p)
-        if b == 1 and is_pointwise(g):
-            return x[n0].reshape(k, p)
+        if is_pointwise(g):
+            m = _conv_matrices.matrix(x, n0, n1, 1)
+            if m is not None:  # the input itself, read in place
+                return m[0]
         if last[0] != (n0, n1):
             last[:] = (n0, n1), _padded_windows(x[n0:n1], g, 'pad')
         r0, r1 = rows or (0, g.oh)
@@ -239,35 +245,6 @@ def _bands(xp, chunks, g, col_bytes_per_row):
     return out
 
 
-def _image_columns(a, n, groups, rows, ow):
-    """Image n of ``a`` (N, O, oh, ow) as (G, O/G, columns), only output
-    rows ``rows`` when given (a strided view BLAS reads in place)."""
-    m = a[n].reshape(groups, a.shape[1] // groups, -1)
-    return m if rows is None else m[:, :, rows[0] * ow:rows[1] * ow]
-
-
-def _channel_major(a, n0, n1, name):
-    """Images n0..n1 of ``a`` (N, C, oh, ow) as a (C, B*oh*ow) matrix."""
-    c, p = a.shape[1], a.shape[2] * a.shape[3]
-    if n1 - n0 == 1:
-        return a[n0].reshape(c, p)
-    xp = backend.get_array_module(a)
-    if xp is numpy:
-        out = _workspace(name, (c, n1 - n0, p), a.dtype)
-    else:
-        out = xp.empty((c, n1 - n0, p), a.dtype)
-    xp.copyto(out, a[n0:n1].reshape(n1 - n0, c, p).transpose(1, 0, 2))
-    return out.reshape(c, (n1 - n0) * p)
-
-
-def _store_chunk(y, n0, n1, prod):
-    """Write a (G, O/G, B*P) product into y[n0:n1] (NCHW)."""
-    xp = backend.get_array_module(y)
-    b, o = n1 - n0, y.shape[1]
-    xp.copyto(y[n0:n1].reshape(b, o, -1),
-              prod.reshape(o, b, -1).transpose(1, 0, 2))
-
-
 @host.cpu_kernel
 def conv_forward(x, W, g, groups):
     """y = conv(x, W) without bias; x (N, C, h, w), W (O, C/G, kh, kw)."""
@@ -276,21 +253,41 @@ def conv_forward(x, W, g, groups):
     o = W.shape[0]
     p = g.oh * g.ow
     w2 = W.reshape(groups, o // groups, -1)
-    y = xp.empty((n, o, g.oh, g.ow), x.dtype)
+    y = _conv_matrices.output(xp, (n, o, g.oh, g.ow), x.dtype)
     per_image = c * g.kh * g.kw * p * x.dtype.itemsize
+
+    if (xp is numpy and is_pointwise(g)
+            and _conv_matrices.matrix(x, 0, n, 1) is not None):
+        chunks = _view_chunks(n, p)
+    else:
+        chunks = _chunks(xp, n, per_image, p)
 
     def run(pieces):
         cols = _column_builder(x, g)
         for n0, n1, rows in pieces:
+            if _batch_last_fits(xp, g, n0, n1, rows):
+                col = _batch_last.columns(x, g, n0, n1)
+                prod = _workspace('prod', (groups, o // groups, col.shape[1]),
+                                  x.dtype)
+                _parallel.matmul(w2, col.reshape(groups, w2.shape[2], -1),
+                                 out=prod)
+                _batch_last.scatter(y, n0, n1, prod)
+                continue
             col = cols(n0, n1, rows).reshape(groups, w2.shape[2], -1)
-            if n1 - n0 == 1:
-                _parallel.matmul(w2, col, out=_image_columns(y, n0, groups,
-                                                             rows, g.ow))
-            else:
-                _store_chunk(y, n0, n1, _parallel.matmul(w2, col))
-    chunks = _chunks(xp, n, per_image, p)
+            _conv_matrices.product_into(y, n0, n1, rows, w2, col)
     _parallel.over_chunks(run, _bands(xp, chunks, g, per_image // g.oh))
     return y
+
+
+def _batch_last_fits(xp, g, n0, n1, rows):
+    """Whether images n0..n1 take the images-last columns
+    (``_batch_last.py``): on the CPU, for windows wider than one pixel
+    over maps at most _BATCH_LAST_MAX_WIDTH wide, and chunks of at least
+    _BATCH_LAST_MIN_IMAGES whole images (where the runs it copies are
+    that many times longer)."""
+    return (xp is numpy and not is_pointwise(g) and rows is None
+            and g.ow <= _BATCH_LAST_MAX_WIDTH
+            and n1 - n0 >= _BATCH_LAST_MIN_IMAGES)
 
 
 @host.cpu_kernel
@@ -312,18 +309,25 @@ def conv_grad_w(x, gy, g, groups, w_shape):
         acc = None
         cols = _column_builder(x, g)
         for n0, n1, rows in pieces:
-            col = cols(n0, n1, rows).reshape(groups, k, -1)
-            if n1 - n0 == 1:
-                gyc = _image_columns(gy, n0, groups, rows, g.ow)
-            else:
-                gyc = _channel_major(gy, n0, n1, 'gy').reshape(
+            if _batch_last_fits(xp, g, n0, n1, rows):
+                col = _batch_last.columns(x, g, n0, n1).reshape(
+                    groups, k, -1)
+                gyc = _batch_last.gather(gy, n0, n1, 'gy').reshape(
                     groups, o // groups, -1)
+            else:
+                col = cols(n0, n1, rows).reshape(groups, k, -1)
+                gyc = _conv_matrices.operand(gy, n0, n1, groups, rows, 'gy')
             # gy @ col^T lands in W's layout; BLAS reads col^T in place.
             part = (_parallel.matmul(col, gyc.transpose(0, 2, 1)) if flip
                     else _parallel.matmul(gyc, col.transpose(0, 2, 1)))
             acc = part if acc is None else xp.add(acc, part, out=acc)
         return acc
-    chunks = _chunks(xp, n, per_image, p)
+    if (xp is numpy and is_pointwise(g)
+            and _conv_matrices.matrix(x, 0, n, 1) is not None
+            and _conv_matrices.matrix(gy, 0, n, groups) is not None):
+        chunks = _view_chunks(n, p)
+    else:
+        chunks = _chunks(xp, n, per_image, p)
     parts = _parallel.over_chunks(run, _bands(xp, chunks, g,
                                               per_image // g.oh))
     acc = parts[0]
@@ -363,18 +367,17 @@ def deconv_forward(x, W, g, groups):
     p = g.oh * g.ow
     w2t = W.reshape(groups, o // groups, -1).transpose(0, 2, 1)
     if is_pointwise(g):
-        y = xp.empty((n, c, g.h, g.w), x.dtype)
+        y = _conv_matrices.output(xp, (n, c, g.h, g.w), x.dtype)
 
         def run_pointwise(chunks):
             for n0, n1 in chunks:
-                xc = _channel_major(x, n0, n1, 'x').reshape(
-                    groups, o // groups, -1)
-                if n1 - n0 == 1:
-                    _parallel.matmul(w2t, xc, out=y[n0].reshape(groups, cg, p))
-                else:
-                    _store_chunk(y, n0, n1, _parallel.matmul(w2t, xc))
-        _parallel.over_chunks(run_pointwise, _chunks(
-            xp, n, o * p * x.dtype.itemsize, p))
+                xc = _conv_matrices.operand(x, n0, n1, groups, None, 'x')
+                _conv_matrices.product_into(y, n0, n1, None, w2t, xc)
+        if xp is numpy and _conv_matrices.matrix(x, 0, n, groups) is not None:
+            chunks = _view_chunks(n, p)
+        else:
+            chunks = _chunks(xp, n, o * p * x.dtype.itemsize, p)
+        _parallel.over_chunks(run_pointwise, chunks)
         return y
     fpad = (g.dy * (g.kh - 1) - g.ph, g.dx * (g.kw - 1) - g.pw)
     if g.sy == g.sx == 1 and min(fpad) >= 0 and W.size <= x.size:
@@ -382,22 +385,22 @@ def deconv_forward(x, W, g, groups):
                       g.oh, g.ow, g.h, g.w)
         return conv_forward(x, _flipped_weight(W, groups), fg, groups)
     if xp is not numpy:
-        xc = _channel_major(x, 0, n, 'x').reshape(groups, o // groups, -1)
+        xc = _conv_matrices.operand(x, 0, n, groups, None, 'x')
         col = xp.matmul(w2t, xc).reshape(c, g.kh, g.kw, n, g.oh, g.ow)
         from minichain.functions import _cuda_kernels
         return _cuda_kernels.col2im(col, g, batch_major=False)
-    y = numpy.zeros((n, c, g.h, g.w), x.dtype)
+    y = _conv_matrices.output(xp, (n, c, g.h, g.w), x.dtype, zeros=True)
+    yc = y.swapaxes(0, 1)  # (C, N, h, w), C-contiguous
     per_image = c * g.kh * g.kw * p * x.dtype.itemsize
 
     def run(chunks):
         for n0, n1 in chunks:
             b = n1 - n0
-            xc = _channel_major(x, n0, n1, 'x').reshape(groups, o // groups,
-                                                        -1)
+            xc = _conv_matrices.operand(x, n0, n1, groups, None, 'x')
             col = _workspace('col', (groups, cg * g.kh * g.kw, b * p),
                              x.dtype)
             _parallel.matmul(w2t, xc, out=col)
             col = col.reshape(c, g.kh, g.kw, b, g.oh, g.ow)
-            _col2im_add(y[n0:n1], col.transpose(3, 0, 1, 2, 4, 5), g)
+            _col2im_add(yc[:, n0:n1], col.transpose(0, 3, 1, 2, 4, 5), g)
     _parallel.over_chunks(run, _chunks(xp, n, per_image, p))
     return y

@@ -16,13 +16,15 @@ thread, the elementwise passes split over the kernel's threads.
 import numpy
 
 from minichain import backend, host
-from minichain.functions import _parallel
+from minichain.functions import _layout, _parallel
 
 # When the mean is large against the standard deviation, E[x^2] - mean^2
 # cancels. With E[x^2] <= 16 var the rounding error of the one-pass
 # variance is amplified at most 16 times, which float32 tolerates.
 _ONE_PASS_MAX_RATIO = 16.0
 _BLAS_DTYPES = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
+# Per-channel sums run in channel blocks of about this many bytes.
+_SUM_BLOCK_BYTES = 512 << 10
 
 
 class Layout:
@@ -66,60 +68,118 @@ def acc_dtype(dtype):
 
 
 def _as3d(a, lay):
-    if (lay.view is not None and a.flags.c_contiguous
-            and a.dtype in _BLAS_DTYPES):
+    """``a`` as a (P, C, L) view: ``lay.view`` for a C-contiguous array,
+    (1, C, N*L) for a channel-major one (``_layout.py``: each channel one
+    contiguous row); None for other strides and dtypes."""
+    if lay.view is None or a.dtype not in _BLAS_DTYPES:
+        return None
+    if a.flags.c_contiguous:
         return a.reshape(lay.view)
+    if lay.view[0] > 1 and len(lay.cshape) == 1 and lay.axes[:1] == (0,):
+        ac = _layout.channel_major(a)
+        if ac is not None:
+            return ac.reshape(1, lay.cshape[0], -1)
     return None
+
+
+def _views(lay, *arrays):
+    """(P, C, L) views of all ``arrays`` in one layout, or None."""
+    views = [_as3d(a, lay) for a in arrays]
+    if any(v is None or v.shape != views[0].shape for v in views):
+        return None
+    return views
+
+
+def _per_channel(fn, a3, nbytes):
+    """``fn(s)`` for consecutive blocks ``s`` of the channels, the blocks
+    shared out over the kernel's threads. The blocks depend on the shape
+    only, never on the thread count, so that the sums (BLAS rounds a block
+    by its own size) are the same on any number of threads."""
+    C = a3.shape[1]
+    n = min(C, max(1, -(-nbytes // _SUM_BLOCK_BYTES)))
+    bounds = [C * i // n for i in range(n + 1)]
+
+    def run(blocks):
+        for i in range(blocks.start, blocks.stop):
+            fn(slice(bounds[i], bounds[i + 1]))
+    _parallel.split_rows(run, n, nbytes)
 
 
 def channel_sum(a, lay):
     """Per-channel sum of a NumPy array shaped like x."""
-    a3 = _as3d(a, lay)
-    if a3 is None:
+    views = _views(lay, a)
+    if views is None:
         s = a.sum(axis=lay.axes, dtype=acc_dtype(a.dtype))
         return s.reshape(lay.cshape)
-    P, C, L = lay.view
+    a3, = views
+    P, C, L = a3.shape
+    s = numpy.empty(C, a.dtype)
     if L == 1:
-        s = numpy.ones(P, a.dtype) @ a3.reshape(P, C)
+        ones = numpy.ones(P, a.dtype)
+
+        def block(c):
+            numpy.matmul(ones, a3[:, c, 0], out=s[c])
     else:
-        s = (a3 @ numpy.ones(L, a.dtype)).sum(axis=0)
+        ones = numpy.ones(L, a.dtype)
+
+        def block(c):
+            s[c] = (a3[:, c] @ ones).sum(axis=0)
+    _per_channel(block, a3, a.nbytes)
     return s.reshape(lay.cshape)
 
 
 def channel_dot(a, b, lay):
     """Per-channel sum of ``a * b`` (NumPy), without a temporary when the
     layout allows BLAS."""
-    a3, b3 = _as3d(a, lay), _as3d(b, lay)
-    if a3 is None or b3 is None or a.dtype != b.dtype:
+    views = _views(lay, a, b) if a.dtype == b.dtype else None
+    if views is None:
         s = (a * b).sum(axis=lay.axes, dtype=acc_dtype(a.dtype))
         return s.reshape(lay.cshape)
-    P, C, L = lay.view
+    a3, b3 = views
+    P, C, L = a3.shape
+    s = numpy.empty(C, a.dtype)
     if L == 1:
-        s = numpy.einsum('pc,pc->c', a3.reshape(P, C), b3.reshape(P, C))
+        def block(c):
+            s[c] = numpy.einsum('pc,pc->c', a3[:, c, 0], b3[:, c, 0])
     else:
-        s = (a3[:, :, None, :] @ b3[:, :, :, None]).reshape(P, C).sum(axis=0)
+        def block(c):
+            s[c] = (a3[:, c, None, :] @ b3[:, c, :, None]).reshape(
+                P, -1).sum(axis=0)
+    _per_channel(block, a3, 2 * a.nbytes)
     return s.reshape(lay.cshape)
 
 
 def channel_op(ufunc, a, c, lay, out=None):
-    """``ufunc(a, c)`` on NumPy with the channel array ``c`` broadcast.
+    """``ufunc(a, c)`` on NumPy with the channel array ``c`` broadcast; a
+    fresh result keeps ``a``'s layout.
 
     Broadcasting ``(1, C, 1, 1)`` against NCHW makes NumPy call its inner
     loop once per (n, c) row, which costs about half a pass more than a
     plain elementwise op. Expanding ``c`` to one ``(C * L)`` row first (a
-    small array, ``1/P`` of x) lets the op run over P long rows instead.
+    small array, ``1/P`` of x) lets the op run over P long rows instead;
+    a channel-major ``a`` is C rows of N*L already.
     """
-    P, C, L = lay.view if lay.view is not None else (1, 1, 1)
-    if (P > 1 and L > 1 and a.flags.c_contiguous
-            and (out is None or out.flags.c_contiguous)):
+    if out is None:
+        out = _layout.empty_like_dense(a)
+        if out.dtype != numpy.result_type(a, c):
+            out = numpy.empty(a.shape, numpy.result_type(a, c))
+    views = _views(lay, a, out)
+    if views is None:
+        return ufunc(a, c.reshape(lay.bshape), out=out)
+    a3, o3 = views
+    P, C, L = a3.shape
+    if P == 1:
+        col = c.reshape(C, 1)
+        _parallel.split_rows(lambda s: ufunc(a3[0, s], col[s], out=o3[0, s]),
+                             C, 2 * a.nbytes)
+    elif L > 1:
         row = numpy.broadcast_to(c.reshape(C, 1), (C, L)).reshape(-1)
-        if out is None:
-            out = numpy.empty(a.shape, numpy.result_type(a, row))
-        a2, o2 = a.reshape(P, C * L), out.reshape(P, C * L)
+        a2, o2 = a3.reshape(P, C * L), o3.reshape(P, C * L)
         _parallel.split_rows(lambda s: ufunc(a2[s], row, out=o2[s]), P,
                              2 * a.nbytes)
-        return out
-    return ufunc(a, c.reshape(lay.bshape), out=out)
+    else:
+        ufunc(a, c.reshape(lay.bshape), out=out)
+    return out
 
 
 # -- CPU ----------------------------------------------------------------------
@@ -142,6 +202,8 @@ def cpu_forward(x, gamma, beta, eps, lay):
     if x.dtype == numpy.float16:
         y, *stats = cpu_forward(*_wide(x, gamma, beta), eps, lay)
         return (y.astype(numpy.float16),) + tuple(stats)
+    if _by_channels(lay, x):
+        return _forward_by_channels(x, gamma, beta, eps, lay)
     m = lay.m
     mean = channel_sum(x, lay) / m
     xc = None
@@ -180,6 +242,8 @@ def cpu_backward(x, gamma, gy, mean, inv_std, centered, lay):
         x, gamma, gy = _wide(x, gamma, gy)
         grads = cpu_backward(x, gamma, gy, mean, inv_std, centered, lay)
         return tuple(g.astype(numpy.float16) for g in grads)
+    if _by_channels(lay, x, gy):
+        return _backward_by_channels(x, gamma, gy, mean, inv_std, lay)
     m = lay.m
     gbeta = channel_sum(gy, lay)
     if centered:
@@ -196,6 +260,64 @@ def cpu_backward(x, gamma, gy, mean, inv_std, centered, lay):
     channel_op(numpy.multiply, gx, a, lay, out=gx)
     channel_op(numpy.add, gx, a * r, lay, out=gx)
     return gx, ggamma, gbeta
+
+
+def _by_channels(lay, *arrays):
+    """Whether the arrays are channel-major (``_layout.py``): each channel
+    one contiguous row, so that a block of channels goes through all the
+    passes of batch normalization while it is in cache."""
+    views = _views(lay, *arrays)
+    return views is not None and views[0].shape[0] == 1
+
+
+def _forward_by_channels(x, gamma, beta, eps, lay):
+    """:func:`cpu_forward` over blocks of channels of a channel-major x,
+    each block read from memory once; always two-pass (``x - mean`` costs
+    little in cache), hence ``centered``."""
+    y = _layout.empty_like_dense(x)
+    (_, C, L), m = _as3d(x, lay).shape, lay.m
+    x2, y2 = _as3d(x, lay)[0], _as3d(y, lay)[0]
+    gamma, beta = gamma.reshape(C), beta.reshape(C)
+    mean, var, inv_std = (numpy.empty(C, x.dtype) for _ in range(3))
+    ones = numpy.ones(L, x.dtype)
+
+    def block(c):
+        xs, ys = x2[c], y2[c]
+        mean[c] = (xs @ ones) / m
+        xc = numpy.subtract(xs, mean[c, None], out=ys)
+        var[c] = (xc[:, None, :] @ xc[:, :, None]).reshape(-1) / m
+        inv_std[c] = 1 / numpy.sqrt(var[c] + eps)
+        numpy.multiply(xc, (gamma[c] * inv_std[c])[:, None], out=ys)
+        numpy.add(ys, beta[c, None], out=ys)
+    _per_channel(block, _as3d(x, lay), 2 * x.nbytes)
+    shape = lay.cshape
+    return (y, mean.reshape(shape), var.reshape(shape),
+            inv_std.reshape(shape), True)
+
+
+def _backward_by_channels(x, gamma, gy, mean, inv_std, lay):
+    """:func:`cpu_backward` (centered) over blocks of channels of
+    channel-major x and gy, each block read from memory once."""
+    gx = _layout.empty_like_dense(x)
+    (_, C, L), m = _as3d(x, lay).shape, lay.m
+    x2, gy2, gx2 = (_as3d(a, lay)[0] for a in (x, gy, gx))
+    gamma, mean, inv_std = (a.reshape(C) for a in (gamma, mean, inv_std))
+    ggamma, gbeta = numpy.empty(C, x.dtype), numpy.empty(C, x.dtype)
+    ones = numpy.ones(L, x.dtype)
+
+    def block(c):
+        xs, gs, os = x2[c], gy2[c], gx2[c]
+        gbeta[c] = gs @ ones
+        xc = numpy.subtract(xs, mean[c, None], out=os)
+        ggamma[c] = inv_std[c] * (gs[:, None, :] @ xc[:, :, None]).reshape(-1)
+        q = inv_std[c] * ggamma[c] / m
+        a = gamma[c] * inv_std[c]
+        numpy.multiply(xc, -q[:, None], out=os)  # gx = a * (gy - q xc + r)
+        numpy.add(os, gs, out=os)
+        numpy.multiply(os, a[:, None], out=os)
+        numpy.add(os, (a * -gbeta[c] / m)[:, None], out=os)
+    _per_channel(block, _as3d(x, lay), 3 * x.nbytes)
+    return gx, ggamma.reshape(lay.cshape), gbeta.reshape(lay.cshape)
 
 
 # -- GPU ----------------------------------------------------------------------

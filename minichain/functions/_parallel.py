@@ -25,6 +25,7 @@ import threading
 import numpy
 
 from minichain import backend, host
+from minichain.functions import _layout
 
 # Below this many bytes a block costs less than handing it to a thread.
 _MIN_BYTES = 1 << 20
@@ -81,11 +82,13 @@ def split_rows(fn, rows, nbytes):
 
 
 def elementwise(kernel, out, *arrays):
-    """Run ``kernel(out_block, *array_blocks)`` over row blocks of ``out``.
+    """Run ``kernel(out_block, *array_blocks)`` over blocks of ``out``.
 
-    Every array must have ``out``'s shape (any strides); blocks are taken
-    along the leading axis. Anything else (0-d, mismatched shapes) runs as
-    one ``kernel(out, *arrays)``.
+    Every array must have ``out``'s shape. When all of them are dense in one
+    memory order (C-contiguous, channel-major: ``_layout.flat_views``) the
+    blocks are pieces of their flat memory; otherwise (any strides) they
+    are taken along the leading axis. Anything else (0-d, mismatched
+    shapes) runs as one ``kernel(out, *arrays)``.
 
     Returns:
         out.
@@ -93,8 +96,9 @@ def elementwise(kernel, out, *arrays):
     if out.ndim == 0 or any(a.shape != out.shape for a in arrays):
         kernel(out, *arrays)
         return out
-    split_rows(lambda s: kernel(out[s], *(a[s] for a in arrays)),
-               out.shape[0], out.nbytes * (1 + len(arrays)))
+    views = _layout.flat_views(out, *arrays) or (out,) + arrays
+    split_rows(lambda s: kernel(*(a[s] for a in views)),
+               views[0].shape[0], out.nbytes * (1 + len(arrays)))
     return out
 
 
@@ -178,3 +182,22 @@ def matmul(a, b, out=None):
     _run_shares(lambda s: numpy.matmul(a[..., s, :], b, out=out[..., s, :]),
                 _even_slices(rows, n))
     return out
+
+
+_scratch = threading.local()  # .buffers: workspace's arrays, by name
+
+
+def workspace(name, shape, dtype):
+    """A per-thread scratch array, reused across calls (never returned).
+
+    Fresh multi-megabyte arrays cost page faults on every call; these
+    transient buffers (col chunks, transposed chunks) are reused instead.
+    """
+    store = _scratch.__dict__.setdefault('buffers', {})
+    dtype = numpy.dtype(dtype)
+    nbytes = int(numpy.prod(shape)) * dtype.itemsize
+    buf = store.get(name)
+    if buf is None or buf.nbytes < nbytes:
+        buf = numpy.empty(nbytes, dtype=numpy.uint8)
+        store[name] = buf
+    return buf[:nbytes].view(dtype).reshape(shape)

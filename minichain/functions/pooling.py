@@ -9,7 +9,7 @@ import numpy
 
 from minichain import backend
 from minichain.function_node import FunctionNode
-from minichain.functions import _im2col
+from minichain.functions import _im2col, _layout
 from minichain.functions._check import check_float, unwrap
 from minichain.functions._phase_grid import PhaseGrid
 
@@ -22,6 +22,23 @@ def _cuda():
     return _cuda_kernels
 
 
+def _planes(a):
+    """``(planes, swapped)``: pooling treats the N and C axes alike, so a
+    channel-major ``a`` (``_layout.py``) is pooled as its C-contiguous
+    (C, N, h, w) transpose, and its results are transposed back
+    (:func:`_unplane`): they keep its layout, and no copy reorders it."""
+    if a.flags.c_contiguous or _layout.channel_major(a) is None:
+        return a, False
+    return a.swapaxes(0, 1), True
+
+
+def _as_planes(a, swapped):
+    return a.swapaxes(0, 1) if swapped else a
+
+
+_unplane = _as_planes
+
+
 class MaxPooling2D(FunctionNode):
     def __init__(self, g):
         self.g = g
@@ -31,6 +48,7 @@ class MaxPooling2D(FunctionNode):
         if backend.get_array_module(x) is not numpy:
             y, self.indexes = _cuda().max_pool_forward(x, self.g)
             return y,
+        x, swap = _planes(x)
         grid = PhaseGrid(self.g)
         ph = grid.split(x, -numpy.inf)
         # Branch-free updates: copyto(where=) with a random mask runs ~10x
@@ -53,8 +71,8 @@ class MaxPooling2D(FunctionNode):
         _point_at_first_nan(grid, ph, best, idx)
         # The argmax indexes stay on self: backward needs them, they are a
         # fraction of y's size, and recomputing them would need x.
-        self.indexes = grid.crop(idx, x.shape[:2])
-        return grid.crop(best, x.shape[:2]),
+        self.indexes = _unplane(grid.crop(idx, x.shape[:2]), swap)
+        return _unplane(grid.crop(best, x.shape[:2]), swap),
 
     def backward(self, indexes, grad_outputs):
         return MaxPooling2DGrad(self.g, self.indexes).apply(grad_outputs)
@@ -84,9 +102,10 @@ class MaxPooling2DGrad(FunctionNode):
         gy, = inputs
         if backend.get_array_module(gy) is not numpy:
             return _cuda().max_pool_backward(gy, self.indexes, self.g),
+        gy, swap = _planes(gy)
         grid = PhaseGrid(self.g)
         gyf = grid.expand(gy, 0)
-        idxf = grid.expand(self.indexes, -1)
+        idxf = grid.expand(_as_planes(self.indexes, swap), -1)
         acc = numpy.zeros((self.g.sy, self.g.sx) + gyf.shape[:1]
                           + (grid.hq * grid.wq,), gy.dtype)
         mask = numpy.empty(gyf.shape, bool)
@@ -96,7 +115,8 @@ class MaxPooling2DGrad(FunctionNode):
             numpy.equal(idxf, k, out=mask)
             numpy.multiply(gyf, mask, out=part)  # branch-free masked add
             numpy.add(dst, part, out=dst)
-        return grid.merge(acc, gy.shape[:2] + (self.g.h, self.g.w)),
+        return _unplane(grid.merge(acc, gy.shape[:2] + (self.g.h, self.g.w)),
+                        swap),
 
     def backward(self, indexes, grad_outputs):
         return MaxPooling2DGather(self.g, self.indexes).apply(grad_outputs)
@@ -115,15 +135,16 @@ class MaxPooling2DGather(FunctionNode):
         ggx, = inputs
         if backend.get_array_module(ggx) is not numpy:
             return _cuda().max_pool_gather(ggx, self.indexes, self.g),
+        ggx, swap = _planes(ggx)
         grid = PhaseGrid(self.g)
         ph = grid.split(ggx, 0)
-        idxf = grid.expand(self.indexes, -1)
+        idxf = grid.expand(_as_planes(self.indexes, swap), -1)
         out = numpy.zeros(idxf.shape, ggx.dtype)
         part = numpy.empty(idxf.shape, ggx.dtype)
         for k, a, b, shift in grid.offsets:  # the masks are disjoint
             numpy.multiply(grid.window(ph, a, b, shift), idxf == k, out=part)
             numpy.add(out, part, out=out)
-        return grid.crop(out, ggx.shape[:2]),
+        return _unplane(grid.crop(out, ggx.shape[:2]), swap),
 
     def backward(self, indexes, grad_outputs):
         return MaxPooling2DGrad(self.g, self.indexes).apply(grad_outputs)
@@ -137,6 +158,7 @@ class AveragePooling2D(FunctionNode):
         x, = inputs
         if backend.get_array_module(x) is not numpy:
             return _cuda().avg_pool_forward(x, self.g),
+        x, swap = _planes(x)
         grid = PhaseGrid(self.g)
         ph = grid.split(x, 0)
         acc = None
@@ -144,7 +166,7 @@ class AveragePooling2D(FunctionNode):
             v = grid.window(ph, a, b, shift)
             acc = v.copy() if acc is None else numpy.add(acc, v, out=acc)
         acc *= x.dtype.type(1.0 / len(grid.offsets))
-        return grid.crop(acc, x.shape[:2]),
+        return _unplane(grid.crop(acc, x.shape[:2]), swap),
 
     def backward(self, indexes, grad_outputs):
         return AveragePooling2DGrad(self.g).apply(grad_outputs)
@@ -160,6 +182,7 @@ class AveragePooling2DGrad(FunctionNode):
         gy, = inputs
         if backend.get_array_module(gy) is not numpy:
             return _cuda().avg_pool_backward(gy, self.g),
+        gy, swap = _planes(gy)
         grid = PhaseGrid(self.g)
         gyf = grid.expand(gy, 0)
         gyf *= gy.dtype.type(1.0 / len(grid.offsets))
@@ -168,7 +191,8 @@ class AveragePooling2DGrad(FunctionNode):
         for k, a, b, shift in grid.offsets:
             dst = grid.window(acc, a, b, shift)
             numpy.add(dst, gyf, out=dst)
-        return grid.merge(acc, gy.shape[:2] + (self.g.h, self.g.w)),
+        return _unplane(grid.merge(acc, gy.shape[:2] + (self.g.h, self.g.w)),
+                        swap),
 
     def backward(self, indexes, grad_outputs):
         return AveragePooling2D(self.g).apply(grad_outputs)

@@ -37,3 +37,16 @@ def test_copies_in_lockstep_print_a_table():
     rows = {line.split()[0]: line.split()[1:] for line in
             out.stdout.splitlines()[2:] if line.strip()}
     assert float(rows['total'][0]) > 0 and float(rows['total'][1]) > 0
+
+
+def test_one_process_with_threads_and_a_stem():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / 'bench' / 'op_profile.py'), '--batch',
+         '2', '--size', '28', '--stem', 'small2', '--threads', '2',
+         '--steps', '1'],
+        capture_output=True, text=True, check=True, timeout=600,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert 'small2 stem, 2 thread(s)' in out.stdout
+    rows = {line.split()[0]: line.split()[1:] for line in
+            out.stdout.splitlines()[2:] if line.strip()}
+    assert len(rows['total']) == 1 and float(rows['total'][0]) > 0

@@ -5,7 +5,7 @@ import pytest
 
 from minichain import Variable, backend, host
 import minichain.functions as F
-from minichain.functions import _im2col, _parallel
+from minichain.functions import _batch_last, _im2col, _parallel
 from minichain.functions.convolution import _convolution_2d_composite
 from minichain.gradient_check import check_backward, check_double_backward
 from tests.functions.cuda_emulation import emulated_cuda  # noqa: F401
@@ -23,6 +23,32 @@ CASES = [
 ]
 IDS = ['k{}s{}p{}d{}g{}{}'.format(k[0], s[0], p[0], d[0], g, 'c' if c else '')
        for k, s, p, d, g, c in CASES]
+
+
+@pytest.mark.parametrize('case', CASES, ids=IDS)
+def test_backward_float64_batch_last(case, monkeypatch):
+    """The images-last columns (``_batch_last.py``) in every chunk."""
+    monkeypatch.setattr(_im2col, '_BATCH_LAST_MIN_IMAGES', 1)
+    x, W, b = _inputs(case, n=3)
+    f = _conv(case)
+    gy = numpy.random.default_rng(2).standard_normal(f(x, W, b).shape)
+    check_backward(f, (x, W, b), gy, eps=1e-6, atol=1e-7, rtol=1e-6)
+
+
+def test_small_maps_of_a_batch_take_batch_last(monkeypatch):
+    calls = []
+    real = _batch_last.columns
+    monkeypatch.setattr(_batch_last, 'columns',
+                        lambda *a: calls.append(a[2:4]) or real(*a))
+    case = CASES[0]
+    x, W, b = _inputs(case, n=2 * _im2col._BATCH_LAST_MIN_IMAGES, h=4, w=4)
+    y = _conv(case)(x, W, b)  # one chunk, or one per thread of two
+    assert sum(n1 - n0 for n0, n1 in calls) == x.shape[0]
+    numpy.testing.assert_allclose(
+        y.array, naive_conv(x, W, b, *case), rtol=1e-12, atol=1e-12)
+    calls.clear()
+    _conv(case)(x[:_im2col._BATCH_LAST_MIN_IMAGES - 1], W, b)  # too few
+    assert calls == []
 
 
 def _sizes(h, w, k, s, p, d, cover_all):
@@ -92,13 +118,16 @@ def _conv(case):
 
 @pytest.fixture(params=[None, (1, 1 << 30, None), (2, 1 << 30, None),
                         (3, 1, None), (2, 1 << 30, 0), (1, 1, None, 1),
-                        (1, 1, 0, 4000)],
+                        (1, 1, 0, 4000), (1, 1 << 30, None, 2 << 20, 1),
+                        (2, 1 << 30, 0, 2 << 20, 1)],
                 ids=['default', 'chunk1', 'chunk2', 'tinybuf', 'gw-flipped',
-                     'row-bands', 'bands-flipped'])
+                     'row-bands', 'bands-flipped', 'batch-last',
+                     'batch-last-flipped'])
 def chunking(request, monkeypatch):
     """Force the CPU GEMM path through one, several and uneven chunks,
     single images cut into bands of output rows (one row each, or a few),
-    and conv_grad_w through its transposed accumulation (gW^T)."""
+    and conv_grad_w through its transposed accumulation (gW^T); the
+    images-last columns (_batch_last.py) for chunks of any size."""
     if request.param is not None:
         columns, nbytes, flip_min = request.param[:3]
         monkeypatch.setattr(_im2col, '_MIN_COLUMNS', columns)
@@ -107,6 +136,9 @@ def chunking(request, monkeypatch):
             monkeypatch.setattr(_im2col, '_FLIP_MIN_COLUMNS', flip_min)
         if len(request.param) > 3:
             monkeypatch.setattr(_im2col, '_BAND_BYTES', request.param[3])
+        if len(request.param) > 4:
+            monkeypatch.setattr(_im2col, '_BATCH_LAST_MIN_IMAGES',
+                                request.param[4])
 
 
 @pytest.fixture(params=[1, 3], ids=['1thread', '3threads'])
