@@ -29,6 +29,13 @@ def _columns():
     return shutil.get_terminal_size((80, 24)).columns - 1
 
 
+def _rows():
+    """The terminal's height, 24 when it reports none. Passed to tqdm
+    because a terminal of unknown size (Open MPI gives each rank a pseudo
+    terminal of 0 x 0) reads to tqdm as -1 rows, and it then draws nothing."""
+    return shutil.get_terminal_size((80, 24)).lines
+
+
 def write(text, out=None):
     """Write ``text`` on ``out`` (``sys.stdout``) above the tqdm bars drawn
     there: they are cleared first and drawn again below it, so that a table
@@ -133,6 +140,7 @@ class ProgressBar(extension.Extension):
                 self._bar = self._tqdm(
                     total=length, unit=unit, leave=True, initial=current,
                     file=self._out or sys.stdout, ncols=_columns(),
+                    nrows=_rows(),
                     bar_format='{l_bar}{bar}| {n_fmt}/{total_fmt} '
                     '[{elapsed}<{remaining}' + rate + '{postfix}]')
         self._last = (current, iteration)
@@ -227,7 +235,8 @@ class BatchProgress:
         tqdm = _load_tqdm()
         if tqdm is not None:
             self._bar = tqdm(total=self.total, desc=desc, unit='batch',
-                             file=self.out, leave=False, ncols=_columns())
+                             file=self.out, leave=False, ncols=_columns(),
+                             nrows=_rows())
 
     def update(self):
         """Count one batch."""

@@ -1,4 +1,6 @@
 import io
+import os
+import select
 import types
 
 import numpy
@@ -167,3 +169,29 @@ def test_write_without_tqdm(monkeypatch):
     out = io.StringIO()
     progress_bar.write('a row\n', out)
     assert out.getvalue() == 'a row\n'
+
+
+def test_bars_show_on_a_terminal_of_unknown_size(tmp_path, monkeypatch):
+    # Open MPI gives each rank a pseudo terminal of 0 x 0; tqdm reads that
+    # as -1 rows and drew nothing until the bars passed their own height
+    pty = pytest.importorskip('pty')
+    pytest.importorskip('tqdm')
+    master, child = pty.openpty()
+    terminal = open(child, 'w', encoding='utf-8', closefd=True)
+    monkeypatch.setattr('sys.stdout', terminal)
+    monkeypatch.delenv('COLUMNS', raising=False)
+    monkeypatch.delenv('LINES', raising=False)
+    try:
+        trainer = make_trainer(tmp_path, stop=(4, 'iteration'))
+        trainer.extend(extensions.ProgressBar(update_interval=1))
+        trainer.run()
+        iterator = types.SimpleNamespace(dataset=range(4), batch_size=2)
+        with progress_bar.BatchProgress(iterator, 'validation') as progress:
+            progress.update()
+        terminal.flush()
+        ready = select.select([master], [], [], 5)[0]  # never block
+        text = os.read(master, 1 << 16).decode() if ready else ''
+    finally:
+        terminal.close()
+        os.close(master)
+    assert '/4 [' in text and 'validation:' in text and '/2 [' in text
