@@ -6,9 +6,11 @@ iterations ``SKIP + 1`` to ``SKIP + MEASURE`` (the first ``SKIP`` carry
 one-time costs: memory allocated and touched for the first time), the
 ranks agree on the slowest rank's speed, and :func:`plan` turns the time
 left into a number of iterations, after setting aside what else the
-budget must hold: the evaluation at the end (its cost estimated from the
-measured speed of the forward pass), and those and the snapshots at
-every epoch's end on the way. From then on the length is fixed: the
+budget must hold: the script's start-up before training (the process's
+age, so that the interpreter and the imports count too), the evaluation
+at the end (its cost estimated from the measured speed of the
+forward pass), and those and the snapshots at every epoch's end on the
+way. From then on the length is fixed: the
 learning rate decays over it, and it is kept in the snapshots
 (:class:`TimeBudget`'s state), so that a resumed run goes on with the same
 length and does not measure again.
@@ -24,6 +26,7 @@ them, and a run whose budget chose N iterations trains exactly as
 as a share of the length would have to guess its slope while measuring.
 """
 import math
+import os
 import time
 import warnings
 
@@ -37,6 +40,19 @@ SAVE_RATE = 100e6
 # When the updater does not time its forward passes: the forward's share
 # of an iteration (the backward costs about twice the forward).
 FORWARD_SHARE = 1 / 3
+
+
+def process_age():
+    """Seconds since this process started (the interpreter's start-up and
+    the imports included), from Linux's /proc; None elsewhere."""
+    try:
+        with open('/proc/self/stat') as f:
+            # the fields after the command name, which may hold spaces
+            fields = f.read().rsplit(')', 1)[1].split()
+        started = int(fields[19]) / os.sysconf('SC_CLK_TCK')
+        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - started)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 class Length:
@@ -116,8 +132,9 @@ class TimeBudget(extension.Extension):
     ``schedule.total``; rank 0 then prints what it chose and why.
 
     Args:
-        seconds: the budget: the training iterations, the evaluations and
-            the snapshots (the start-up of the script is not counted).
+        seconds: the budget: the script's start-up (each rank's process
+            age when training starts), the training iterations, the
+            evaluations and the snapshots.
         length: the run's :class:`Length` (its stop trigger's base).
         schedule: the WarmupDecayShift (None: no schedule to set).
         measure: ``(first, last)`` from :func:`window`.
@@ -129,6 +146,8 @@ class TimeBudget(extension.Extension):
         comm: the communicator (None: one process).
         clock: the time in seconds (``time.perf_counter``; tests pass
             their own).
+        age: the seconds this process has run (:func:`process_age`; None
+            from it: not known, counted as 0).
         out: where rank 0 writes its line (default: print).
     """
 
@@ -137,7 +156,8 @@ class TimeBudget(extension.Extension):
 
     def __init__(self, seconds, length, schedule, measure, batchsize,
                  val_images, per_epoch, snapshot_bytes=0, every=None,
-                 comm=None, clock=time.perf_counter, out=None):
+                 comm=None, clock=time.perf_counter, out=None,
+                 age=process_age):
         self.seconds, self.length, self.schedule = seconds, length, schedule
         self.first, self.last = measure
         self.batchsize, self.per_epoch, self.every = batchsize, per_epoch, \
@@ -145,11 +165,14 @@ class TimeBudget(extension.Extension):
         self.size = comm.size if comm is not None else 1
         self.val_images = val_images
         self.save_seconds = snapshot_bytes / SAVE_RATE
-        self.comm, self.clock = comm, clock
+        self.comm, self.clock, self.age = comm, clock, age
         self.out = out or (lambda line: print(line, flush=True))
         # measured on this rank, then the slowest rank's (kept in snapshots)
         self.measured, self.iteration_seconds, self.forward_seconds = \
             0, 0.0, 0.0
+        # this rank's start-up: the seconds before training (every run's
+        # while the length is not fixed)
+        self.startup = 0.0
         self._previous = self._start = None
 
     # -- the state a resumed run continues from ------------------------------
@@ -159,8 +182,9 @@ class TimeBudget(extension.Extension):
         return self.length.total is not None
 
     def serialize(self, serializer):
-        """Save or load the length (-1: not fixed yet) and the measurement
-        (seconds summed over the iterations measured so far)."""
+        """Save or load the length (-1: not fixed yet), the measurement
+        (seconds summed over the iterations measured so far) and the
+        start-up seconds."""
         total = serializer('total', -1 if self.length.total is None else
                            self.length.total)
         self.length.total = None if int(total) < 0 else int(total)
@@ -169,6 +193,7 @@ class TimeBudget(extension.Extension):
                                                   self.iteration_seconds))
         self.forward_seconds = float(serializer('forward_seconds',
                                                 self.forward_seconds))
+        self.startup = float(serializer('startup', self.startup))
 
     def initialize(self, trainer):
         """Give the schedule a length restored from a snapshot; otherwise
@@ -178,6 +203,7 @@ class TimeBudget(extension.Extension):
             if self.schedule is not None:
                 self.schedule.total = self.length.total
             return
+        self.startup += self.age() or 0.0
         self._previous = None
         self._start = (self.clock(), _forward_clock(trainer),
                        trainer.updater.iteration)
@@ -209,21 +235,26 @@ class TimeBudget(extension.Extension):
             self._add(iteration - start, now - then,
                       _since(forward, forward_then, now - then))
         mine = (self.iteration_seconds / self.measured,
-                self.forward_seconds / self.measured, trainer.elapsed_time)
+                self.forward_seconds / self.measured,
+                trainer.elapsed_time + self.startup, self.startup)
         every = [mine] if self.comm is None else \
             self.comm.allgather_obj(mine)
-        step, forward_step, elapsed = (max(v) for v in zip(*every))
+        step, forward_step, elapsed, self.startup = (max(v)
+                                                     for v in zip(*every))
         self.iteration_seconds = step * self.measured  # the slowest rank's
         self.forward_seconds = forward_step * self.measured
         total = plan(self.seconds - elapsed, iteration, step,
                      self.evaluation_seconds(), self.save_seconds,
                      self.per_epoch, self.every)
+        if self.comm is not None:  # the same on every rank, whatever differs
+            total = min(self.comm.allgather_obj(total))
         self.length.total = total
         if self.schedule is not None:
             self.schedule.total = total
         _sync_forward(trainer, False)
         if self.comm is None or self.comm.rank == 0:
-            self.out(self.banner(elapsed + (total - iteration) * step))
+            self.out(self.banner(
+                elapsed - self.startup + (total - iteration) * step))
             warmup = getattr(self.schedule, 'warmup', 0)
             if total < 2 * warmup:
                 warnings.warn(
@@ -252,20 +283,21 @@ class TimeBudget(extension.Extension):
         total = self.length.total
         return ('time budget {}: measured {:.1f} img/s over {} iterations '
                 '-> {:,} images ({:,} iterations) in {}, then about {} to '
-                'evaluate {:,} images'.format(
+                'evaluate {:,} images (after {} of start-up)'.format(
                     minutes(self.seconds), self.images_per_second(),
                     self.measured, total * self.batchsize * self.size, total,
                     minutes(training), minutes(self.evaluation_seconds()),
-                    self.val_images))
+                    self.val_images, minutes(self.startup)))
 
     def summary(self, elapsed):
         """The final summary's line: the budget, what it chose, and the
         time training and evaluation took (``elapsed`` seconds)."""
         return ('time budget {}: {:,} iterations from {:.1f} img/s measured '
-                'over {} iterations; training and evaluation took {}'.format(
+                'over {} iterations; start-up took {}, training and '
+                'evaluation {}'.format(
                     minutes(self.seconds), self.length.total,
                     self.images_per_second(), self.measured,
-                    minutes(elapsed)))
+                    minutes(self.startup), minutes(elapsed)))
 
 
 def _forward_clock(trainer):

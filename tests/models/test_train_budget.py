@@ -81,7 +81,8 @@ def _budget(clock, comm=None, lines=None, **kw):
                 WarmupDecayShift('lr', 0.1, 22, warmup=50),
                 measure=(2, 22), batchsize=32, val_images=10000,
                 per_epoch=1000.0, comm=comm, clock=clock,
-                out=(lines if lines is not None else []).append)
+                out=(lines if lines is not None else []).append,
+                age=lambda: 0.0)
     args.update(kw)
     return TimeBudget(**args)
 
@@ -115,19 +116,33 @@ def test_the_length_follows_from_the_measured_speed():
     assert not trainer.updater.sync_forward
     assert lines == ['time budget 13 min: measured 16.0 img/s over 20 '
                      'iterations -> 9,792 images (306 iterations) in 10 min '
-                     '23 s, then about 2 min 36 s to evaluate 10,000 images']
+                     '23 s, then about 2 min 36 s to evaluate 10,000 images '
+                     '(after 0 s of start-up)']
     _iterate(budget, trainer, clock, 30, 9.0)  # later speeds change nothing
     assert budget.length.total == 306
     assert budget.summary(777) == (
         'time budget 13 min: 306 iterations from 16.0 img/s measured over 20 '
-        'iterations; training and evaluation took 12 min 57 s')
+        'iterations; start-up took 0 s, training and evaluation 12 min 57 s')
+
+
+def test_the_start_up_counts_against_the_budget():
+    clock, trainer, lines = _Clock(), _trainer(), []
+    budget = _budget(clock, lines=lines, age=lambda: 40.0)
+    budget.initialize(trainer)
+    _iterate(budget, trainer, clock, 22, 2.0)
+    # 40 s fewer than without a start-up: 20 iterations fewer
+    assert budget.length.total == 306 - 20
+    assert lines[0].endswith('(after 40 s of start-up)')
+    assert 'start-up took 40 s' in budget.summary(700)
 
 
 class _SlowerPeer:
     """A communicator of two whose other rank is three times as slow."""
     size, rank = 2, 0
 
-    def allgather_obj(self, mine):
+    def allgather_obj(self, mine):  # the peer's length: one more
+        if isinstance(mine, int):
+            return [mine, mine + 1]
         return [mine, tuple(3 * v for v in mine)]
 
 
@@ -140,6 +155,7 @@ def test_the_slowest_rank_sets_the_pace():
     # the evaluation is 5000 images at 1.5 / 32 s each (234.375 s)
     assert budget.images_per_second() == pytest.approx(64 / 3)
     total = plan(780 - 105, 22, 3.0, 5000 * 1.5 / 32, 0, 1000.0)
+    # and whatever else differed, every rank takes the shortest length
     assert budget.length.total == total == 22 + 146
 
 
