@@ -3,8 +3,10 @@ the test's own, never the wall clock), the ranks' agreement, the state a
 resumed run continues from, and the options that choose a budget."""
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -15,6 +17,8 @@ from models import train_budget, train_resnet50
 from models.train_budget import Length, TimeBudget, plan
 from models.train_data import UserError
 from tests.dist._launch import mpi_command
+from tests.models._snapshots import assert_same_model, snapshots
+from tests.models.test_train_resnet50 import SMALL, finish, launch, run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
@@ -259,3 +263,64 @@ def test_ranks_agree_on_the_slowest_under_mpiexec():
     # rank 1 takes 2 s an iteration, rank 0 1 s: both plan with 2 s
     total = plan(780 - 55, 22, 2.0, 5000 * 0.5 / 32, 0, 1000.0)
     assert chosen == ['rank 0: {}'.format(total), 'rank 1: {}'.format(total)]
+
+
+# -- the script: interrupted, resumed, against --iteration N ----------------
+def _until_the_length_is_fixed(args):
+    """Start a budgeted run, stop it (SIGUSR1) once it has printed the
+    length it chose; its banner line, the seconds until then, its output
+    and the iteration it stopped after."""
+    start, banner = time.monotonic(), ''
+    proc = launch(2, args)
+    try:
+        for line in proc.stdout:
+            if re.match(r'time budget .*: measured', line):
+                banner = line
+                break
+    finally:
+        seconds = time.monotonic() - start
+        proc.send_signal(signal.SIGUSR1)
+    rc, out, err = finish(proc)
+    assert rc == 128 + signal.SIGUSR1 and banner, banner + out + err
+    stopped = int(re.search(r'stopped by SIGUSR1 at iteration (\d+)',
+                            out).group(1))
+    return banner, seconds, out, stopped
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_time_budget_resumes_exactly_and_equals_its_iteration_count(
+        tmp_path):
+    """A run under --time-budget, stopped once it has fixed its length N
+    and resumed, does not measure again and ends with the weights of a
+    run told --iteration N from the start, bit for bit."""
+    common = ['--data', 'synthetic', '--train-subset', '400', '--val-subset',
+              '10', '--seed', '3', '--warmup', '0.3'] + SMALL  # 100 it/epoch
+    # A first run with an hour's budget shows what the 22 iterations that
+    # fix the length cost here, start-up included; the budget of the run
+    # tested leaves room for about 25 more after them.
+    banner, seconds, _, _ = _until_the_length_is_fixed(
+        common + ['--time-budget', '60', '--out', tmp_path / 'a'])
+    step = 4 / float(re.search(r'measured ([\d.]+) img/s', banner).group(1))
+    budget = '{:.4f}'.format((1.5 * seconds + 15 * step) / 60)
+
+    b = tmp_path / 'b'
+    banner, _, out, stopped = _until_the_length_is_fixed(
+        common + ['--time-budget', budget, '--out', b])
+    total = int(re.search(r'\(([\d,]+) iterations\)', banner).group(1)
+                .replace(',', ''))
+    assert 22 <= stopped < total, (banner, out)  # the length was fixed
+    rc, out, err = run(2, common + ['--time-budget', budget, '--out', b,
+                                    '--resume', snapshots(b)[stopped]])
+    assert rc == 0, out + err
+    assert 'time budget {}: {:,} iterations, as the run that wrote the ' \
+        'snapshot chose'.format(train_budget.minutes(float(budget) * 60),
+                                total) in out, out
+    assert not re.search(r'measured [\d.]+ img/s', out), out  # not again
+    assert 'done: {} iterations'.format(total) in out
+
+    rc, out, err = run(2, common + ['--iteration', total, '--out',
+                                    tmp_path / 'c'])
+    assert rc == 0, out + err
+    assert_same_model(tmp_path / 'c' / 'snapshot_iter_{}'.format(total),
+                      b / 'snapshot_iter_{}'.format(total), at_least=50)
