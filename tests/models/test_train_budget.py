@@ -9,6 +9,7 @@ import sys
 import time
 import types
 
+import numpy
 import pytest
 
 from minichain.serializers import DictionarySerializer, NpzDeserializer
@@ -324,3 +325,36 @@ def test_time_budget_resumes_exactly_and_equals_its_iteration_count(
     assert rc == 0, out + err
     assert_same_model(tmp_path / 'c' / 'snapshot_iter_{}'.format(total),
                       b / 'snapshot_iter_{}'.format(total), at_least=50)
+
+
+def test_the_updater_times_its_forward_passes():
+    """train_data.Updater: the forward passes' seconds (what the budget
+    estimates the evaluation from) grow with each update, within the
+    update's own time, and the update is the one without timing."""
+    from minichain import iterators, links as L, optimizers
+    from minichain.datasets import TupleDataset
+    from models.train_data import Updater
+
+    rng = numpy.random.default_rng(0)
+    data = TupleDataset(rng.standard_normal((8, 3)).astype(numpy.float32),
+                        numpy.arange(8, dtype=numpy.int32) % 2)
+    models = []
+    for timed in (True, False):
+        model = L.Classifier(L.Linear(3, 2, initialW=numpy.ones((2, 3),
+                                                                numpy.float32)))
+        optimizer = optimizers.SGD(lr=0.1)
+        optimizer.setup(model)
+        it = iterators.SerialIterator(data, 4, shuffle=False)
+        updater = Updater(it, optimizer, seed=(0, 0), images=4,
+                          loss_func=None if timed else model)
+        start = time.perf_counter()
+        updater.update()
+        first = updater.forward_seconds
+        updater.update()
+        took = time.perf_counter() - start
+        if timed:
+            assert 0 < first < updater.forward_seconds < took
+        else:
+            assert updater.forward_seconds == 0
+        models.append(model.predictor.W.array.copy())
+    numpy.testing.assert_array_equal(models[0], models[1])
