@@ -340,8 +340,8 @@ def test_the_updater_times_its_forward_passes():
                         numpy.arange(8, dtype=numpy.int32) % 2)
     models = []
     for timed in (True, False):
-        model = L.Classifier(L.Linear(3, 2, initialW=numpy.ones((2, 3),
-                                                                numpy.float32)))
+        weights = numpy.ones((2, 3), numpy.float32)
+        model = L.Classifier(L.Linear(3, 2, initialW=weights))
         optimizer = optimizers.SGD(lr=0.1)
         optimizer.setup(model)
         it = iterators.SerialIterator(data, 4, shuffle=False)
