@@ -21,6 +21,10 @@ from tests.dist._launch import mpi_command
 from tests.models._snapshots import assert_same_model, snapshots
 from tests.models.test_train_resnet50 import SMALL, finish, launch, run
 
+# seconds a budgeted run of the script may take before the test calls it
+# hung: its budget is a few times what 22 iterations take, and a loaded
+# machine may be slower later
+LONG = 600
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 
@@ -281,7 +285,7 @@ def _until_the_length_is_fixed(args):
     finally:
         seconds = time.monotonic() - start
         proc.send_signal(signal.SIGUSR1)
-    rc, out, err = finish(proc)
+    rc, out, err = finish(proc, timeout=LONG)
     assert rc == 128 + signal.SIGUSR1 and banner, banner + out + err
     stopped = int(re.search(r'stopped by SIGUSR1 at iteration (\d+)',
                             out).group(1))
@@ -312,7 +316,8 @@ def test_time_budget_resumes_exactly_and_equals_its_iteration_count(
                 .replace(',', ''))
     assert 22 <= stopped < total, (banner, out)  # the length was fixed
     rc, out, err = run(2, common + ['--time-budget', budget, '--out', b,
-                                    '--resume', snapshots(b)[stopped]])
+                                    '--resume', snapshots(b)[stopped]],
+                      timeout=LONG)
     assert rc == 0, out + err
     assert 'time budget {}: {:,} iterations, as the run that wrote the ' \
         'snapshot chose'.format(train_budget.minutes(float(budget) * 60),
@@ -321,7 +326,7 @@ def test_time_budget_resumes_exactly_and_equals_its_iteration_count(
     assert 'done: {} iterations'.format(total) in out
 
     rc, out, err = run(2, common + ['--iteration', total, '--out',
-                                    tmp_path / 'c'])
+                                    tmp_path / 'c'], timeout=LONG)
     assert rc == 0, out + err
     assert_same_model(tmp_path / 'c' / 'snapshot_iter_{}'.format(total),
                       b / 'snapshot_iter_{}'.format(total), at_least=50)
