@@ -189,8 +189,12 @@ def test_bars_show_on_a_terminal_of_unknown_size(tmp_path, monkeypatch):
         with progress_bar.BatchProgress(iterator, 'validation') as progress:
             progress.update()
         terminal.flush()
-        ready = select.select([master], [], [], 5)[0]  # never block
-        text = os.read(master, 1 << 16).decode() if ready else ''
+        # a pseudo terminal hands what was written over in pieces: read
+        # until nothing more comes (never block)
+        chunks = []
+        while select.select([master], [], [], 1 if chunks else 5)[0]:
+            chunks.append(os.read(master, 1 << 16))
+        text = b''.join(chunks).decode()
     finally:
         terminal.close()
         os.close(master)
