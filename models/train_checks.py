@@ -26,7 +26,7 @@ SNAPSHOT = 'snapshot_iter_{.updater.iteration}'
 OUTPUTS = (SNAPSHOT, 'log', 'loss.png', 'accuracy.png', 'graph.dot')
 # What a resumed run must share with the run that wrote its snapshot.
 SETTINGS = ('batchsize', 'seed', 'bn', 'data', 'data_dir', 'train_subset',
-            'val_subset', 'image_size', 'arch', 'stem')
+            'val_subset', 'image_size', 'arch', 'stem', 'time_budget')
 
 
 class UserError(Exception):
@@ -77,7 +77,8 @@ def check_args(args):
                 name.replace('_', '-'), value), status=2)
     # name: (low, high, low excluded); every value must also be finite
     for name, (low, high, low_open) in {
-            'epoch': (0, None, True), 'lr': (0, None, True),
+            'epoch': (0, None, True), 'time_budget': (0, None, True),
+            'lr': (0, None, True),
             'warmup': (0, None, False), 'momentum': (0, 1, False),
             'weight_decay': (0, None, False)}.items():
         value = getattr(args, name)

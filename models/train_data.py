@@ -24,7 +24,7 @@ import warnings
 import numpy
 
 import minichain
-from minichain import dist, training
+from minichain import backend, dist, training
 from minichain.dataset import DatasetMixin, concat_examples
 from minichain.datasets import (ImageFolderDataset, TupleDataset,
                                 get_fashion_mnist)
@@ -91,11 +91,7 @@ def _arrays(args):
     for x, _ in (train, test):
         x -= FASHION_MEAN
         x /= FASHION_STD
-    n = args.train_subset
-    limit = getattr(args, 'train_limit', None)
-    if n is None and limit is not None and len(train[0]) > limit:
-        n = limit
-    return (_subset(train, n, args.seed, 'train'),
+    return (_subset(train, args.train_subset, args.seed, 'train'),
             _subset(test, args.val_subset, args.seed + 1, 'val'), 10, 1)
 
 
@@ -280,12 +276,31 @@ class Updater(training.StandardUpdater):
     the iteration, so that a resumed run draws the crops of an
     uninterrupted one, and times its updates: ``images_per_sec()`` is the
     throughput of the updates alone (evaluations and snapshots left out)
-    since its last call, ``images`` images (all ranks) an update."""
+    since its last call, ``images`` images (all ranks) an update;
+    ``forward_seconds`` sums the time of the forward passes (the time
+    budget estimates the evaluation's cost from it). On a GPU the timed
+    forward waits for the device before and after, while ``sync_forward``
+    is true (the time budget sets it only while it measures)."""
 
     def __init__(self, *args, seed, images, **kwds):
         super().__init__(*args, **kwds)
         self._seed, self.images = tuple(seed), images
         self._done, self._seconds = 0, 0.0
+        self.forward_seconds, self.sync_forward = 0.0, False
+        if self.loss_func is None:
+            self.loss_func = self._timed_forward
+
+    def _timed_forward(self, *args, **kwds):
+        sync = self.sync_forward and self.device is not None and \
+            self.device.xp is not numpy
+        if sync:  # GPU work is queued: time what runs, not the queueing
+            backend.get_cupy().cuda.Device().synchronize()
+        start = time.perf_counter()
+        loss = self.get_optimizer('main').target(*args, **kwds)
+        if sync:
+            backend.get_cupy().cuda.Device().synchronize()
+        self.forward_seconds += time.perf_counter() - start
+        return loss
 
     def update_core(self):
         if hasattr(self.converter, 'reseed'):

@@ -47,15 +47,16 @@ from minichain import links as L  # noqa: E402
 from minichain import optimizer_hooks, optimizers, serializers  # noqa
 from minichain import host, training  # noqa: E402
 from minichain.training import extensions, triggers  # noqa: E402
-from models import train_checks, train_data  # noqa: E402
+from models import train_budget, train_checks, train_data  # noqa: E402
 from models.resnet import ARCHS, STEMS, BasicBlock, Bottleneck, ResNet  # noqa
 from models.train_checks import UserError, agree, on_root  # noqa: E402
 
 PROG = 'train_resnet50.py'
-# The default Fashion-MNIST run trains one pass over this many of the 60000
-# training images: what fits in 15 minutes on a 2-core machine
-# (models/README.md).
-FASHION_SUBSET = 32000
+# Without a length (--epoch, --iteration, --train-subset), Fashion-MNIST
+# trains for as many images as fit this many minutes (start-up and
+# evaluation included), so that `make train` ends within 15 minutes on any
+# machine (models/README.md).
+TIME_BUDGET = 13.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -81,9 +82,16 @@ def parse_args(argv=None):
     g = p.add_mutually_exclusive_group()
     g.add_argument('--epoch', '-e', type=float)
     g.add_argument('--iteration', '-i', type=int)
+    g.add_argument('--time-budget', type=float, metavar='MIN', help='train '
+                   'as many iterations as fit MIN minutes (start-up and '
+                   'evaluation included), fixed from the speed of the first '
+                   'iterations '
+                   '(Fashion-MNIST without a length: {:g})'.format(
+                       TIME_BUDGET))
     a('--lr', type=float, help='learning rate per 256 images (default 0.4 '
       'for Fashion-MNIST, 0.1 otherwise); the peak is lr * global batch / 256')
-    a('--warmup', type=float, default=None, help='linear warm-up in epochs')
+    a('--warmup', type=float, default=None, help='linear warm-up in epochs '
+      '(default 0.05 for Fashion-MNIST, 5 for ImageNet, 0.1 otherwise)')
     a('--schedule', choices=('cosine', 'step', 'linear'), default='cosine')
     a('--zero-gamma', action=argparse.BooleanOptionalAction, default=True,
       help="start each residual branch's last batch-norm scale at 0")
@@ -105,8 +113,8 @@ def parse_args(argv=None):
     a('--graph', action='store_true', help='write the graph as out/graph.dot '
       '(and graph.png when Graphviz is installed)')
     a('--train-subset', type=int, help='train on a random N-image subset '
-      '(Fashion-MNIST: {} by default, for the time budget)'.format(
-          FASHION_SUBSET))
+      '(one epoch of it unless --epoch, --iteration or --time-budget says '
+      'otherwise)')
     a('--val-subset', type=int, help='evaluate on a random N-image subset')
     a('--image-size', type=int, help='crop size (ImageNet, default 224) or '
       'side of the synthetic images (default 32)')
@@ -115,16 +123,21 @@ def parse_args(argv=None):
       "Default: for ImageNet on a GPU, the rank's share of the cores but one, "
       'else 0')
     args = p.parse_args(argv)
-    # epochs, lr per 256 images, warm-up epochs, stem, training subset
-    defaults = {'fashion-mnist': (1.0, 0.4, 0.1, 'small2', FASHION_SUBSET),
-                'imagenet': (90.0, 0.1, 5.0, 'imagenet', None),
-                'synthetic': (1.0, 0.1, 0.1, 'small2', None)}[args.data]
-    if args.epoch is None and args.iteration is None:
-        args.epoch = defaults[0]
+    # epochs, lr per 256 images, warm-up epochs, stem
+    # (Fashion-MNIST's warm-up: 3000 images, about the tuned recipe's share
+    # of a budgeted run; models/README.md)
+    defaults = {'fashion-mnist': (1.0, 0.4, 0.05, 'small2'),
+                'imagenet': (90.0, 0.1, 5.0, 'imagenet'),
+                'synthetic': (1.0, 0.1, 0.1, 'small2')}[args.data]
+    if args.epoch is None and args.iteration is None and \
+            args.time_budget is None:
+        if args.data == 'fashion-mnist' and args.train_subset is None:
+            args.time_budget = TIME_BUDGET
+        else:
+            args.epoch = defaults[0]
     args.lr = defaults[1] if args.lr is None else args.lr
     args.warmup = defaults[2] if args.warmup is None else args.warmup
     args.stem = args.stem or defaults[3]
-    args.train_limit = defaults[4]  # without --train-subset, when larger
     args.image_size = args.image_size or (224 if args.data == 'imagenet'
                                           else 32)
     train_checks.check_args(args)
@@ -213,22 +226,41 @@ def train(args, comm):
         train_iter, optimizer, converter=converters[0], device=device,
         seed=(args.seed, comm.rank), images=global_batch)
     per_epoch = len(train_set) / args.batchsize
-    total = (args.iteration if args.iteration is not None
-             else math.ceil(args.epoch * per_epoch))
-    stop = triggers.StopOnSignal((args.iteration, 'iteration') if
-                                 args.iteration else (args.epoch, 'epoch'),
-                                 comm)
+    warmup = round(args.warmup * per_epoch)
+    n_val = comm.allreduce_obj(len(val_set))
+    if args.time_budget:  # the length is fixed after a few iterations
+        length = train_budget.Length()
+        measure = agree(comm, budget_window, args, warmup, per_epoch)
+    else:
+        length = train_budget.Length(
+            args.iteration if args.iteration is not None
+            else math.ceil(args.epoch * per_epoch))
+    stop = triggers.StopOnSignal(length, comm)
     trainer = training.Trainer(updater, stop, out=args.out)
 
     peak = args.lr * global_batch / 256
-    trainer.extend(extensions.WarmupDecayShift(
-        'lr', peak, total, warmup=round(args.warmup * per_epoch),
-        decay=args.schedule))
+    # Under a time budget the length is not known yet: any will do until
+    # it is, since the iterations before lie in the warm-up
+    # (models/train_budget.py).
+    shift = extensions.WarmupDecayShift(
+        'lr', peak, length.total or warmup, warmup=warmup,
+        decay=args.schedule)
+    trainer.extend(shift)
+    budget = None
+    if args.time_budget:
+        budget = train_budget.TimeBudget(
+            args.time_budget * 60, length, shift, measure, args.batchsize,
+            n_val, per_epoch, train_checks.snapshot_bytes(model),
+            args.snapshot_every, comm)
+        trainer.extend(budget)
+
+    def at_evaluation(trainer):  # each epoch's end and the last iteration
+        return trainer.updater.is_new_epoch or length(trainer)
     evaluator = extensions.Evaluator(val_iter, model, converter=converters[1],
                                      device=device,
                                      progress_bar=comm.rank == 0)
     trainer.extend(dist.create_multi_node_evaluator(evaluator, comm),
-                   trigger=(1, 'epoch'))
+                   trigger=at_evaluation)
     # Every rank takes part in a snapshot; rank 0 writes it (float data
     # hardly shrinks: stored, not compressed).
     snap = dist.multi_node_snapshot(comm, extensions.snapshot(
@@ -242,11 +274,13 @@ def train(args, comm):
     trainer.extend(train_checks.RunSettings(settings))
     if converters[2] is not None:  # unreadable images, summed over ranks
         trainer.extend(extensions.observe_value(
-            'skipped_images', lambda t: comm.allreduce_obj(converters[2]())))
+            'skipped_images', lambda t: comm.allreduce_obj(converters[2]())),
+            trigger=at_evaluation)
 
     # Reports are for one rank only (otherwise every line comes N times).
     if comm.rank == 0:
-        add_reports(trainer, args, total, per_epoch, global_batch)
+        add_reports(trainer, args, length, at_evaluation, per_epoch,
+                    global_batch)
 
     if args.resume:
         train_checks.resume(comm, snap, args.resume, trainer, settings)
@@ -256,9 +290,8 @@ def train(args, comm):
             print('removed {} temporary file{} of interrupted writes from {}'
                   .format(len(removed), 's' if len(removed) > 1 else '',
                           args.out), flush=True)
-    n_val = comm.allreduce_obj(len(val_set))
     if comm.rank == 0:
-        print_start(train_iter, n_val, comm, args, peak)
+        print_start(train_iter, n_val, comm, args, peak, warmup, budget)
     train_checks.run(trainer, comm, args.out)
 
     if snap.last_iteration != trainer.updater.iteration:  # the last one
@@ -273,54 +306,79 @@ def train(args, comm):
                       signal.Signals(stop.signum).name,
                       trainer.updater.iteration, path, path), flush=True)
         return 128 + stop.signum
-    result = None
-    if not trainer.updater.is_new_epoch:  # the last evaluation is stale
-        result = evaluator.evaluate()
-    if comm.rank == 0:
+    if comm.rank == 0:  # the last entry holds the last evaluation
         log = trainer.get_extension('LogReport').log
-        print_end(trainer, args, global_batch, n_val,
-                  result or (log[-1] if log else None))
+        print_end(trainer, args, global_batch, n_val, log[-1] if log else
+                  None, budget and budget.summary(trainer.elapsed_time))
     return 0
 
 
-def add_reports(trainer, args, total, per_epoch, global_batch):
+def budget_window(args, warmup, per_epoch):
+    """The iterations a time budget measures (inside the warm-up)."""
+    measure = train_budget.window(warmup)
+    if measure is None:
+        least = train_budget.SKIP + 2
+        raise UserError(
+            '--time-budget times iterations of the warm-up, but --warmup {:g} '
+            'is {} iteration{}: give --warmup {:.3g} or more ({} iterations), '
+            'or a length (--epoch, --iteration)'.format(
+                args.warmup, warmup, '' if warmup == 1 else 's',
+                math.ceil(1000 * least / per_epoch) / 1000, least), status=2)
+    return measure
+
+
+def add_reports(trainer, args, length, at_evaluation, per_epoch,
+                global_batch):
     """Rank 0's log, printed table, plots, progress bar and graph."""
-    trainer.extend(extensions.observe_lr())
+    # Logged with each evaluation: at the end of each epoch and of training.
+    trainer.extend(extensions.observe_lr(), trigger=at_evaluation)
     trainer.extend(extensions.observe_value(
-        'images_per_sec', lambda t: t.updater.images_per_sec()))
-    trainer.extend(extensions.LogReport())
+        'images_per_sec', lambda t: t.updater.images_per_sec()),
+        trigger=at_evaluation)
+    trainer.extend(extensions.LogReport(trigger=at_evaluation))
     trainer.extend(extensions.PrintReport([
         'epoch', 'iteration', 'lr', 'main/loss', 'main/accuracy',
         'validation/main/loss', 'validation/main/accuracy', 'images_per_sec',
         'elapsed_time']))
     if extensions.PlotReport.available():
-        every = training.get_trigger((max(1, int(per_epoch // 10)),
-                                      'iteration'))
-
-        def plot_trigger(trainer):  # every tenth of an epoch and at its end
-            return every(trainer) or trainer.updater.is_new_epoch
+        def plot_trigger(trainer):  # ten points an epoch (or a shorter
+            # run), and one with each evaluation
+            span = min(per_epoch, length.total or per_epoch)
+            return trainer.updater.iteration % max(1, int(span // 10)) == 0 \
+                or at_evaluation(trainer)
         for name in ('loss', 'accuracy'):
             trainer.extend(extensions.PlotReport(
                 ['main/' + name, 'validation/main/' + name], 'iteration',
                 trigger=plot_trigger, file_name=name + '.png'),
                 name='plot_' + name)
-    trainer.extend(extensions.ProgressBar(
-        (total, 'iteration'), update_interval=10,
+    trainer.extend(extensions.ProgressBar(  # its length: the stop trigger's
+        update_interval=10,
         entries=['main/loss', 'main/accuracy'],
         images_per_iteration=global_batch))
     if args.graph:
         trainer.extend(extensions.DumpGraph('main/loss', 'graph.dot'))
 
 
-def print_start(train_iter, n_val, comm, args, peak):
-    """Rank 0's lines before the first iteration: the data and the rate."""
+def print_start(train_iter, n_val, comm, args, peak, warmup, budget):
+    """Rank 0's lines before the first iteration: the data, the rate and
+    the time budget."""
     jobs = getattr(train_iter, 'n_processes', 0)
     print('{} training images per rank, {} validation images in all{}'.format(
         len(train_iter.dataset), n_val, '; {} loader process{} per rank'
         .format(jobs, '' if jobs == 1 else 'es') if jobs else ''))
-    print('peak lr {:.4g} ({} x {} / 256), {} warm-up, {} decay; output '
-          'in {}'.format(peak, args.lr, args.batchsize * comm.size,
-                         args.warmup, args.schedule, args.out), flush=True)
+    if budget is not None and budget.fixed:
+        print('time budget {}: {:,} iterations, as the run that wrote the '
+              'snapshot chose'.format(train_budget.minutes(budget.seconds),
+                                      budget.length.total))
+    elif budget is not None:
+        print('time budget {} (start-up, training, evaluation): the '
+              'speed of iterations {}-{} fixes the length'.format(
+                  train_budget.minutes(budget.seconds), budget.first + 1,
+                  budget.last))
+    print('peak lr {:.4g} ({} x {} / 256), {:g}-epoch warm-up ({} '
+          'iterations), {} decay; output in {}'.format(
+              peak, args.lr, args.batchsize * comm.size, args.warmup, warmup,
+              args.schedule, args.out), flush=True)
 
 
 def print_end(trainer, args, global_batch, n_val, result, budget=None):

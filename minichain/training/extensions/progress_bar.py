@@ -72,6 +72,10 @@ class ProgressBar(extension.Extension):
             update_interval=10, entries=['main/loss', 'main/accuracy'],
             images_per_iteration=batchsize * comm.size))
 
+    A stop trigger whose ``get_training_length()`` returns None does not
+    know the length yet (one that fixes it from the measured speed, say):
+    the bar starts at the first iteration after it does.
+
     Args:
         training_length: ``(length, unit)``; None takes it from the
             trainer's stop trigger (which must have
@@ -112,11 +116,13 @@ class ProgressBar(extension.Extension):
                 raise ValueError('ProgressBar: the stop trigger has no '
                                  'get_training_length(); pass '
                                  'training_length=(length, unit)')
-            self._length = get()
+            self._length = get()  # None: ask again next time
         return self._length
 
     def __call__(self, trainer):
-        length, unit = self._resolve_length(trainer)
+        if self._resolve_length(trainer) is None:
+            return  # not known yet: nothing to draw a bar against
+        length, unit = self._length
         updater = trainer.updater
         iteration = updater.iteration
         if unit == 'iteration':

@@ -72,6 +72,31 @@ def test_length_needed_and_interval_checked(tmp_path):
     assert out.getvalue().splitlines()[-1].startswith('iteration 2/4 (50.0%)')
 
 
+class _LengthLater:
+    """A stop trigger that knows its length (6 iterations) only from
+    iteration 3 on, as one that measures the speed first."""
+
+    def __call__(self, trainer):
+        return trainer.updater.iteration >= 6
+
+    def get_training_length(self):
+        return (6, 'iteration') if self.known else None
+
+
+def test_a_length_known_later_starts_the_bar_then(tmp_path):
+    out = io.StringIO()
+    stop = _LengthLater()
+    stop.known = False
+    trainer = make_trainer(tmp_path, stop=stop)
+    bar = extensions.ProgressBar(update_interval=1, out=out, use_tqdm=False)
+    trainer.extend(bar)
+    trainer.extend(lambda t: setattr(stop, 'known', t.updater.iteration >= 3),
+                   name='fix', priority=1000)
+    trainer.run()
+    lines = out.getvalue().splitlines()
+    assert [line.split()[1] for line in lines] == ['3/6', '4/6', '5/6', '6/6']
+
+
 def _at(iteration, loss, acc):
     return types.SimpleNamespace(
         updater=types.SimpleNamespace(iteration=iteration, epoch_detail=0.5),
@@ -164,8 +189,12 @@ def test_bars_show_on_a_terminal_of_unknown_size(tmp_path, monkeypatch):
         with progress_bar.BatchProgress(iterator, 'validation') as progress:
             progress.update()
         terminal.flush()
-        ready = select.select([master], [], [], 5)[0]  # never block
-        text = os.read(master, 1 << 16).decode() if ready else ''
+        # a pseudo terminal hands what was written over in pieces: read
+        # until nothing more comes (never block)
+        chunks = []
+        while select.select([master], [], [], 1 if chunks else 5)[0]:
+            chunks.append(os.read(master, 1 << 16))
+        text = b''.join(chunks).decode()
     finally:
         terminal.close()
         os.close(master)

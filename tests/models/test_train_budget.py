@@ -1,0 +1,365 @@
+"""models/train_budget.py: the arithmetic, the measurement (with a clock of
+the test's own, never the wall clock), the ranks' agreement, the state a
+resumed run continues from, and the options that choose a budget."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import types
+
+import numpy
+import pytest
+
+from minichain.serializers import DictionarySerializer, NpzDeserializer
+from minichain.training import extensions
+from models import train_budget, train_resnet50
+from models.train_budget import Length, TimeBudget, plan
+from models.train_data import UserError
+from tests.dist._launch import mpi_command
+from tests.models._snapshots import assert_same_model, snapshots
+from tests.models.test_train_resnet50 import SMALL, finish, launch, run
+
+# seconds a budgeted run of the script may take before the test calls it
+# hung: its budget is a few times what 22 iterations take, and a loaded
+# machine may be slower later
+LONG = 600
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+
+
+# -- the arithmetic -----------------------------------------------------------
+def test_plan_sets_the_evaluation_and_snapshot_aside():
+    # 100 s left after 20 iterations, 1 s an iteration, 10 s to evaluate,
+    # 2 s to save: 88 more iterations, then the evaluation and snapshot
+    assert plan(100, 20, 1.0, 10, 2, per_epoch=1000) == 108
+    # an epoch every 30 iterations: at 30, 60 and 90 too
+    # (n = 84: 64 s of iterations and 3 x 12 s)
+    assert plan(100, 20, 1.0, 10, 2, per_epoch=30) == 84
+    # 0.5 s an iteration: twice as many iterations, where they fit
+    assert plan(100, 20, 0.5, 10, 2, per_epoch=1000) == 196
+
+
+def test_plan_counts_the_snapshots_in_between():
+    # every 10 iterations: those at 30, 40, ... 90 (7) besides the last
+    assert plan(100, 20, 1.0, 10, 2, 1000, every=(10, 'iteration')) == 94
+    # every 20 s of training: 4 in 80 s of iterations
+    assert plan(100, 20, 1.0, 10, 2, 1000, every=(20, 'second')) == 100
+
+
+def test_plan_never_goes_back():
+    assert plan(5, 20, 1.0, 10, 2, 1000) == 20  # no time left: stop now
+    assert plan(-30, 20, 1.0, 0, 0, 1000) == 20
+
+
+def test_window_lies_inside_the_warm_up():
+    assert train_budget.window(94) == (2, 22)
+    assert train_budget.window(10) == (2, 10)
+    assert train_budget.window(4) == (2, 4)
+    assert train_budget.window(3) is None
+
+
+def test_length_is_a_stop_trigger_known_late():
+    length = Length()
+    at = types.SimpleNamespace(updater=types.SimpleNamespace(iteration=50))
+    assert not length(at) and length.get_training_length() is None
+    length.total = 50
+    assert length(at) and length.get_training_length() == (50, 'iteration')
+
+
+# -- measuring ----------------------------------------------------------------
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _trainer(iteration=0):
+    return types.SimpleNamespace(
+        updater=types.SimpleNamespace(iteration=iteration,
+                                      forward_seconds=0.0,
+                                      sync_forward=False),
+        elapsed_time=0.0)
+
+
+def _budget(clock, comm=None, lines=None, **kw):
+    args = dict(seconds=780, length=Length(), schedule=extensions.
+                WarmupDecayShift('lr', 0.1, 22, warmup=50),
+                measure=(2, 22), batchsize=32, val_images=10000,
+                per_epoch=1000.0, comm=comm, clock=clock,
+                out=(lines if lines is not None else []).append,
+                age=lambda: 0.0)
+    args.update(kw)
+    return TimeBudget(**args)
+
+
+def _iterate(budget, trainer, clock, until, seconds, forward=0.5):
+    """Iterations up to ``until``: the first two take 10 and 5 s (one-time
+    costs), then ``seconds`` each, ``forward`` of it in the forward pass."""
+    while trainer.updater.iteration < until:
+        i = trainer.updater.iteration = trainer.updater.iteration + 1
+        step = {1: 10.0, 2: 5.0}.get(i, seconds)
+        clock.now += step
+        trainer.elapsed_time += step
+        trainer.updater.forward_seconds += forward
+        budget(trainer)
+
+
+def test_the_length_follows_from_the_measured_speed():
+    clock, trainer, lines = _Clock(), _trainer(), []
+    budget = _budget(clock, lines=lines)
+    budget.initialize(trainer)
+    assert trainer.updater.sync_forward  # exact forward times meanwhile
+    _iterate(budget, trainer, clock, 21, 2.0)
+    assert not budget.fixed and budget.length.get_training_length() is None
+    _iterate(budget, trainer, clock, 22, 2.0)
+    # iterations 3-22: 2 s each (32 images per rank: 16 img/s), 0.5 s of
+    # it forward (1/64 s an image: 156.25 s for 10000 images); 55 s spent,
+    # so (780 - 55 - 156.25) / 2 = 284 iterations more
+    assert budget.measured == 20 and budget.images_per_second() == 16
+    assert budget.evaluation_seconds() == 156.25
+    assert budget.length.total == budget.schedule.total == 22 + 284
+    assert not trainer.updater.sync_forward
+    assert lines == ['time budget 13 min: measured 16.0 img/s over 20 '
+                     'iterations -> 9,792 images (306 iterations) in 10 min '
+                     '23 s, then about 2 min 36 s to evaluate 10,000 images '
+                     '(after 0 s of start-up)']
+    _iterate(budget, trainer, clock, 30, 9.0)  # later speeds change nothing
+    assert budget.length.total == 306
+    assert budget.summary(777) == (
+        'time budget 13 min: 306 iterations from 16.0 img/s measured over 20 '
+        'iterations; start-up took 0 s, training and evaluation 12 min 57 s')
+
+
+def test_the_start_up_counts_against_the_budget():
+    clock, trainer, lines = _Clock(), _trainer(), []
+    budget = _budget(clock, lines=lines, age=lambda: 40.0)
+    budget.initialize(trainer)
+    _iterate(budget, trainer, clock, 22, 2.0)
+    # 40 s fewer than without a start-up: 20 iterations fewer
+    assert budget.length.total == 306 - 20
+    assert lines[0].endswith('(after 40 s of start-up)')
+    assert 'start-up took 40 s' in budget.summary(700)
+
+
+class _SlowerPeer:
+    """A communicator of two whose other rank is three times as slow."""
+    size, rank = 2, 0
+
+    def allgather_obj(self, mine):  # the peer's length: one more
+        if isinstance(mine, int):
+            return [mine, mine + 1]
+        return [mine, tuple(3 * v for v in mine)]
+
+
+def test_the_slowest_rank_sets_the_pace():
+    clock, trainer = _Clock(), _trainer()
+    budget = _budget(clock, comm=_SlowerPeer())
+    budget.initialize(trainer)
+    _iterate(budget, trainer, clock, 22, 1.0)
+    # the peer: 3 s an iteration, 1.5 s forward, 105 s spent; its shard of
+    # the evaluation is 5000 images at 1.5 / 32 s each (234.375 s)
+    assert budget.images_per_second() == pytest.approx(64 / 3)
+    total = plan(780 - 105, 22, 3.0, 5000 * 1.5 / 32, 0, 1000.0)
+    # and whatever else differed, every rank takes the shortest length
+    assert budget.length.total == total == 22 + 146
+
+
+def test_a_short_budget_warns_that_the_rate_hardly_decays():
+    clock, trainer = _Clock(), _trainer()
+    budget = _budget(clock, seconds=120)
+    budget.initialize(trainer)
+    with pytest.warns(UserWarning, match='the warm-up alone takes 50'):
+        _iterate(budget, trainer, clock, 22, 2.0)
+
+
+def test_a_resumed_run_keeps_the_length_and_does_not_measure():
+    clock, trainer = _Clock(), _trainer()
+    budget = _budget(clock)
+    budget.initialize(trainer)
+    _iterate(budget, trainer, clock, 30, 2.0)
+    saved = DictionarySerializer()
+    budget.serialize(saved)
+
+    lines, later = [], _Clock()
+    resumed = _budget(later, lines=lines)
+    resumed.serialize(NpzDeserializer(saved.target))
+    assert resumed.length.total == 306
+    resumed.initialize(_trainer(30))
+    assert resumed.schedule.total == 306  # before the first update
+    _iterate(resumed, _trainer(30), later, 40, 50.0)
+    assert resumed.length.total == 306 and lines == []
+    assert resumed.summary(700).startswith(
+        'time budget 13 min: 306 iterations from 16.0 img/s measured over 20')
+
+
+def test_a_run_resumed_while_measuring_measures_on():
+    clock, trainer = _Clock(), _trainer()
+    budget = _budget(clock)
+    budget.initialize(trainer)
+    _iterate(budget, trainer, clock, 12, 2.0)  # iterations 3-12 measured
+    saved = DictionarySerializer()
+    budget.serialize(saved)
+    assert not budget.fixed and budget.measured == 10
+
+    resumed, later, trainer = _budget(_Clock()), None, _trainer(12)
+    resumed.serialize(NpzDeserializer(saved.target))
+    later = resumed.clock
+    resumed.initialize(trainer)
+    # iteration 13 carries one-time costs again (not measured); 14-22 do
+    trainer.updater.iteration = 13
+    later.now += 10
+    resumed(trainer)
+    _iterate(resumed, trainer, later, 22, 2.0)
+    assert resumed.measured == 19 and resumed.images_per_second() == 16
+
+
+# -- the options --------------------------------------------------------------
+@pytest.mark.parametrize('argv, budget, epoch', [
+    ([], 13.0, None),                                   # the default
+    (['--time-budget', '5'], 5.0, None),
+    (['--train-subset', '8000'], None, 1.0),            # explicit lengths
+    (['--epoch', '2'], None, 2.0),
+    (['--iteration', '40'], None, None),
+    (['--train-subset', '8000', '--time-budget', '2'], 2.0, None),
+    (['--data', 'synthetic'], None, 1.0),               # not Fashion-MNIST
+])
+def test_an_explicit_length_overrides_the_budget(argv, budget, epoch):
+    args = train_resnet50.parse_args(argv)
+    assert (args.time_budget, args.epoch) == (budget, epoch)
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--time-budget', '5', '--iteration', '3'],
+     'argument --iteration/-i: not allowed with argument --time-budget'),
+    (['--time-budget', '0'], '--time-budget must be > 0, got 0'),
+    (['--time-budget', 'nan'], '--time-budget must be > 0, got nan'),
+])
+def test_bad_budgets_are_one_line(argv, message):
+    with pytest.raises(UserError) as e:
+        train_resnet50.parse_args(argv)
+    assert message in str(e.value) and e.value.status == 2
+
+
+def test_a_warm_up_too_short_to_measure_is_refused():
+    args = train_resnet50.parse_args(['--warmup', '0.001'])
+    with pytest.raises(UserError) as e:
+        train_resnet50.budget_window(args, 1, 937.5)
+    assert str(e.value) == (
+        '--time-budget times iterations of the warm-up, but --warmup 0.001 is '
+        '1 iteration: give --warmup 0.005 or more (4 iterations), or a length '
+        '(--epoch, --iteration)')
+    assert train_resnet50.budget_window(args, 94, 937.5) == (2, 22)
+
+
+# -- ranks --------------------------------------------------------------------
+@pytest.mark.mpi
+def test_ranks_agree_on_the_slowest_under_mpiexec():
+    cmd = mpi_command(2, sys.executable, '-m', 'tests.models._budget_ranks')
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ,
+                                                OMP_NUM_THREADS='1'))
+    assert done.returncode == 0, done.stdout + done.stderr
+    # the ranks' lines may come through mpiexec run together
+    chosen = sorted(re.findall(r'rank \d: \d+', done.stdout))
+    # rank 1 takes 2 s an iteration, rank 0 1 s: both plan with 2 s
+    total = plan(780 - 55, 22, 2.0, 5000 * 0.5 / 32, 0, 1000.0)
+    assert chosen == ['rank 0: {}'.format(total), 'rank 1: {}'.format(total)]
+
+
+# -- the script: interrupted, resumed, against --iteration N ----------------
+def _until_the_length_is_fixed(args):
+    """Start a budgeted run, stop it (SIGUSR1) once it has printed the
+    length it chose; its banner line, the seconds until then, its output
+    and the iteration it stopped after."""
+    start, banner = time.monotonic(), ''
+    proc = launch(2, args)
+    try:
+        for line in proc.stdout:
+            if re.match(r'time budget .*: measured', line):
+                banner = line
+                break
+    finally:
+        seconds = time.monotonic() - start
+        proc.send_signal(signal.SIGUSR1)
+    rc, out, err = finish(proc, timeout=LONG)
+    assert rc == 128 + signal.SIGUSR1 and banner, banner + out + err
+    stopped = int(re.search(r'stopped by SIGUSR1 at iteration (\d+)',
+                            out).group(1))
+    return banner, seconds, out, stopped
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_time_budget_resumes_exactly_and_equals_its_iteration_count(
+        tmp_path):
+    """A run under --time-budget, stopped once it has fixed its length N
+    and resumed, does not measure again and ends with the weights of a
+    run told --iteration N from the start, bit for bit."""
+    common = ['--data', 'synthetic', '--train-subset', '400', '--val-subset',
+              '10', '--seed', '3', '--warmup', '0.3'] + SMALL  # 100 it/epoch
+    # A first run with an hour's budget shows what the 22 iterations that
+    # fix the length cost here, start-up included; the budget of the run
+    # tested leaves room for about 25 more after them.
+    banner, seconds, _, _ = _until_the_length_is_fixed(
+        common + ['--time-budget', '60', '--out', tmp_path / 'a'])
+    step = 4 / float(re.search(r'measured ([\d.]+) img/s', banner).group(1))
+    budget = '{:.4f}'.format((1.5 * seconds + 15 * step) / 60)
+
+    b = tmp_path / 'b'
+    banner, _, out, stopped = _until_the_length_is_fixed(
+        common + ['--time-budget', budget, '--out', b])
+    total = int(re.search(r'\(([\d,]+) iterations\)', banner).group(1)
+                .replace(',', ''))
+    assert 22 <= stopped < total, (banner, out)  # the length was fixed
+    rc, out, err = run(2, common + ['--time-budget', budget, '--out', b,
+                                    '--resume', snapshots(b)[stopped]],
+                      timeout=LONG)
+    assert rc == 0, out + err
+    assert 'time budget {}: {:,} iterations, as the run that wrote the ' \
+        'snapshot chose'.format(train_budget.minutes(float(budget) * 60),
+                                total) in out, out
+    assert not re.search(r'measured [\d.]+ img/s', out), out  # not again
+    assert 'done: {} iterations'.format(total) in out
+
+    rc, out, err = run(2, common + ['--iteration', total, '--out',
+                                    tmp_path / 'c'], timeout=LONG)
+    assert rc == 0, out + err
+    assert_same_model(tmp_path / 'c' / 'snapshot_iter_{}'.format(total),
+                      b / 'snapshot_iter_{}'.format(total), at_least=50)
+
+
+def test_the_updater_times_its_forward_passes():
+    """train_data.Updater: the forward passes' seconds (what the budget
+    estimates the evaluation from) grow with each update, within the
+    update's own time, and the update is the one without timing."""
+    from minichain import iterators, links as L, optimizers
+    from minichain.datasets import TupleDataset
+    from models.train_data import Updater
+
+    rng = numpy.random.default_rng(0)
+    data = TupleDataset(rng.standard_normal((8, 3)).astype(numpy.float32),
+                        numpy.arange(8, dtype=numpy.int32) % 2)
+    models = []
+    for timed in (True, False):
+        weights = numpy.ones((2, 3), numpy.float32)
+        model = L.Classifier(L.Linear(3, 2, initialW=weights))
+        optimizer = optimizers.SGD(lr=0.1)
+        optimizer.setup(model)
+        it = iterators.SerialIterator(data, 4, shuffle=False)
+        updater = Updater(it, optimizer, seed=(0, 0), images=4,
+                          loss_func=None if timed else model)
+        start = time.perf_counter()
+        updater.update()
+        first = updater.forward_seconds
+        updater.update()
+        took = time.perf_counter() - start
+        if timed:
+            assert 0 < first < updater.forward_seconds < took
+        else:
+            assert updater.forward_seconds == 0
+        models.append(model.predictor.W.array.copy())
+    numpy.testing.assert_array_equal(models[0], models[1])
