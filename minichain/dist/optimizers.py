@@ -353,9 +353,9 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
             ``accumulate``.
     """
     if overlap is None:
-        overlap = communicator.overlap
+        overlap = getattr(communicator, 'overlap', False)
     if bucket_mb is None:
-        bucket_mb = communicator.bucket_mb
+        bucket_mb = getattr(communicator, 'bucket_mb', None)
     if not isinstance(accumulate, int) or accumulate < 1:
         raise ValueError('create_multi_node_optimizer: accumulate must be an '
                          'integer >= 1, got {!r}'.format(accumulate))
@@ -365,7 +365,7 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
                              'cannot be combined with overlap or accumulate')
         return _DoubleBufferingOptimizer(actual_optimizer, communicator,
                                          zero_fill, nan_check)
-    if overlap and not communicator.can_overlap:
+    if overlap and not getattr(communicator, 'can_overlap', False):
         raise ValueError('create_multi_node_optimizer: the {} communicator '
                          'cannot overlap (use flat, pure_nccl or '
                          'hierarchical)'.format(communicator.name))
