@@ -55,7 +55,7 @@ train: $(TRAIN_STAMP)
 	fi
 	$(VENV)/bin/python -m minichain.dist.launcher -n $(NP) \
 	  $(if $(GRACE),--grace $(GRACE)) $(VENV)/bin/python \
-	  models/train_resnet50.py$(TRAIN_FLAGS)
+	  -m models.train_resnet50$(TRAIN_FLAGS)
 
 clean:
 	rm -rf $(VENV) $(OMPI_VENV) build *.egg-info

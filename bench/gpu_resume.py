@@ -19,18 +19,18 @@ import time
 import numpy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, 'models', 'train_resnet50.py')
+SCRIPT = ['-m', 'models.train_resnet50']  # run from ROOT
 
 
 def train(args, out, *extra):
-    cmd = [sys.executable, SCRIPT, '--device', args.device, '--data',
-           'synthetic', '--arch', args.arch, '--batchsize', str(args.batch),
-           '--image-size', str(args.size), '--train-subset',
-           str(args.batch * args.per_epoch), '--val-subset',
-           str(args.batch), '--iteration', str(2 * args.per_epoch),
-           '--seed', '1', '--out', out] + list(extra)
+    cmd = [sys.executable] + SCRIPT + [
+        '--device', args.device, '--data', 'synthetic', '--arch', args.arch,
+        '--batchsize', str(args.batch), '--image-size', str(args.size),
+        '--train-subset', str(args.batch * args.per_epoch), '--val-subset',
+        str(args.batch), '--iteration', str(2 * args.per_epoch), '--seed',
+        '1', '--out', os.path.abspath(out)] + list(extra)
     start = time.monotonic()
-    res = subprocess.run(cmd, capture_output=True, text=True,
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
                          timeout=args.timeout)
     took = time.monotonic() - start
     if res.returncode != 0:

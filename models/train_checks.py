@@ -5,7 +5,7 @@ writable folder with room for a snapshot before any work (nothing is
 written until training starts); a resumed run has the settings of the run
 that wrote the snapshot; a parameter that is inf or NaN stops training
 before it reaches a snapshot. Every failure is a :class:`UserError`: one
-line on stderr.
+line on stderr, printed by rank 0 once every rank has it (:func:`agree`).
 """
 import json
 import math
@@ -16,10 +16,10 @@ import zlib
 
 import numpy
 
+from minichain import dist
 from minichain.dist.optimizers import all_finite
 from minichain.training import extension
 from minichain.training.extensions._snapshot_files import stale_temporaries
-from models.train_data import UserError
 
 SNAPSHOT = 'snapshot_iter_{.updater.iteration}'
 # The files rank 0 writes under --out whose interrupted writes are ours.
@@ -27,6 +27,69 @@ OUTPUTS = (SNAPSHOT, 'log', 'loss.png', 'accuracy.png', 'graph.dot')
 # What a resumed run must share with the run that wrote its snapshot.
 SETTINGS = ('batchsize', 'seed', 'bn', 'data', 'data_dir', 'train_subset',
             'val_subset', 'image_size', 'arch', 'stem')
+
+
+class UserError(Exception):
+    """Bad input: printed as one line (by rank 0), exit with ``status``."""
+
+    def __init__(self, message, status=1):
+        super().__init__(' '.join(str(message).split()))
+        self.status = status
+
+
+def agree(comm, fn, *args):
+    """``fn(*args)`` on every rank; a UserError on any rank is raised on all
+    (naming the rank when it is not rank 0), so that no rank hangs."""
+    try:
+        result, error = fn(*args), None
+    except UserError as e:
+        result, error = None, (str(e), e.status)
+    errors = comm.allgather_obj(error)
+    for rank, err in enumerate(errors):
+        if err is not None:
+            prefix = '' if rank == 0 else '[rank {}] '.format(rank)
+            raise UserError(prefix + err[0], status=err[1])
+    return result
+
+
+def on_root(comm, fn, *args):
+    """``fn(*args)`` on rank 0 (the writer), agreed on by every rank."""
+    return agree(comm, lambda: fn(*args) if comm.rank == 0 else None)
+
+
+def launcher_rank():
+    """This process's rank as the MPI launcher tells it (before MPI starts),
+    0 when not launched by mpiexec."""
+    for var in ('PMI_RANK', 'OMPI_COMM_WORLD_RANK', 'PMIX_RANK'):
+        if os.environ.get(var, '').isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+# -- options ------------------------------------------------------------------
+def check_args(args):
+    """Refuse option values out of range (the same on every rank)."""
+    for name in ('batchsize', 'val_batchsize', 'iteration', 'train_subset',
+                 'val_subset', 'image_size', 'keep'):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UserError('--{} must be at least 1, got {}'.format(
+                name.replace('_', '-'), value), status=2)
+    # name: (low, high, low excluded); every value must also be finite
+    for name, (low, high, low_open) in {
+            'epoch': (0, None, True), 'lr': (0, None, True),
+            'warmup': (0, None, False), 'momentum': (0, 1, False),
+            'weight_decay': (0, None, False)}.items():
+        value = getattr(args, name)
+        if value is not None:
+            number(value, name.replace('_', '-'), low, high, low_open)
+    number(args.seed, 'seed', 0, 2 ** 32, integer=True)
+    if args.epoch is not None and args.epoch > 10 ** 6:
+        raise UserError('--epoch {} is more than a million epochs'.format(
+            args.epoch), status=2)
+    if args.loaderjob is not None and args.loaderjob < 0:
+        raise UserError('--loaderjob must be at least 0, got {}'.format(
+            args.loaderjob), status=2)
 
 
 def number(text, name, low=None, high=None, low_open=False, integer=False):
@@ -51,6 +114,7 @@ def number(text, name, low=None, high=None, low_open=False, integer=False):
     return value
 
 
+# -- --out --------------------------------------------------------------------
 def check_out(out):
     """Refuse an ``--out`` that cannot become a writable folder, without
     creating anything; returns the folder that exists (``out`` or its
@@ -181,6 +245,19 @@ def check_resume(path, current):
                         .format(path, '; '.join(diffs)))
 
 
+def resume(comm, snap, path, trainer, current):
+    """Load the snapshot ``path`` into ``trainer`` on every rank, after
+    refusing one written with other settings than ``current``."""
+    on_root(comm, check_resume, path, current)
+
+    def load():
+        try:
+            snap.load(path, trainer)
+        except ValueError as e:  # raised on every rank alike
+            raise UserError(str(e))
+    agree(comm, load)
+
+
 def _flag(key):
     return 'the training data' if key == 'data fingerprint' else \
         '--' + key.replace('_', '-')
@@ -218,3 +295,21 @@ def describe_last(out):
     last = last_snapshot(out)
     return ('the last good snapshot is {}'.format(last) if last else
             'no snapshot was written')
+
+
+def run(trainer, comm, out):
+    """``trainer.run()``; an error that one rank meets (an unreadable batch)
+    is raised on every rank, and a non-finite gradient or a snapshot that
+    cannot be written stops training with one line."""
+    try:
+        trainer.run()
+    except UserError as e:
+        if not getattr(e, 'raised_on_every_rank', False):
+            comm.raise_everywhere(e)
+        raise
+    except dist.NonFiniteGradientError as e:
+        raise UserError('{}; {}'.format(e, describe_last(out)))
+    except OSError as e:  # a snapshot rank 0 could not write, say
+        if not getattr(e, 'raised_on_every_rank', False):
+            raise
+        raise UserError('{}; {}'.format(e, describe_last(out)))

@@ -1,8 +1,9 @@
-"""Data for models/train_resnet50.py: Fashion-MNIST, ImageNet folders, noise.
+"""Data for models/train_resnet50.py: Fashion-MNIST, ImageNet folders, noise,
+their iterators, and the updater that seeds the crops.
 
-Every function that can fail on bad input raises :class:`UserError` (one
-line for the user); the training script runs them on every rank through a
-collective ``agree`` so that all ranks stop together.
+Every function that can fail on bad input raises
+:class:`~models.train_checks.UserError` (one line for the user); they run on
+every rank through ``train_checks.agree``, so that all ranks stop together.
 
 * Fashion-MNIST and synthetic images are arrays: rank 0 loads them and
   ``scatter_dataset`` sends each rank its shard (ChainerMN's way).
@@ -17,37 +18,23 @@ collective ``agree`` so that all ranks stop together.
 """
 import collections
 import os
+import time
 import warnings
 
 import numpy
 
 import minichain
-from minichain import dist
+from minichain import dist, training
 from minichain.dataset import DatasetMixin, concat_examples
 from minichain.datasets import (ImageFolderDataset, TupleDataset,
                                 get_fashion_mnist)
+from minichain.iterators import MultiprocessIterator, SerialIterator
+from models.train_checks import UserError, agree, fingerprint
 
 FASHION_MEAN, FASHION_STD = 0.2860, 0.3530
 IMAGENET_MEAN = numpy.array([0.485, 0.456, 0.406], numpy.float32) * 255
 IMAGENET_STD = numpy.array([0.229, 0.224, 0.225], numpy.float32) * 255
 SYNTHETIC_SIZE = (512, 128)  # default train / validation lengths
-
-
-class UserError(Exception):
-    """Bad input: printed as one line (by rank 0), exit with ``status``."""
-
-    def __init__(self, message, status=1):
-        super().__init__(' '.join(str(message).split()))
-        self.status = status
-
-
-def launcher_rank():
-    """This process's rank as the MPI launcher tells it (before MPI starts),
-    0 when not launched by mpiexec."""
-    for var in ('PMI_RANK', 'OMPI_COMM_WORLD_RANK', 'PMIX_RANK'):
-        if os.environ.get(var, '').isdigit():
-            return int(os.environ[var])
-    return 0
 
 
 def get_device(kind, intra_rank, intra_size=1):
@@ -227,14 +214,13 @@ class CropConverter:
         return concat_examples(out, device)
 
 
-def load(args, comm, agree):
+def load(args, comm):
     """This rank's ``(train, val, n_classes, channels, converters)``.
 
     ``converters`` is ``(train converter, val converter, skipped,
     fingerprint)`` where ``skipped()`` counts this rank's unreadable images
     (or None) and ``fingerprint`` tells the training sets apart (the same
     on every rank)."""
-    from models.train_checks import fingerprint
     if args.data == 'imagenet':
         train, val = agree(comm, _image_folders, args)
         n = len(train) if args.train_subset is None else min(
@@ -264,3 +250,53 @@ def load(args, comm, agree):
                                force_equal_length=False)
     return (TupleDataset(*train), TupleDataset(*val), n_classes, channels,
             (concat_examples, concat_examples, None, print_))
+
+
+def iterators(args, comm, train, val):
+    """The training and validation iterators: SerialIterator, or with
+    ``--loaderjob N`` a MultiprocessIterator (same batches and snapshot
+    keys) whose N workers decode while the step runs. By default only
+    ImageNet on a GPU uses workers, one per core of the rank's share but
+    the training process's: array data has nothing to decode, and on the
+    CPU the step already keeps every core of the rank busy."""
+    jobs = args.loaderjob
+    if jobs is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(
+            os, 'sched_getaffinity') else (os.cpu_count() or 1)
+        jobs = max(1, cores // comm.intra_size - 1) if (
+            args.data == 'imagenet' and args.device == 'gpu') else 0
+    if not jobs:
+        return (SerialIterator(train, args.batchsize, seed=args.seed),
+                SerialIterator(val, args.val_batchsize, repeat=False,
+                               shuffle=False))
+    return (MultiprocessIterator(train, args.batchsize, seed=args.seed,
+                                 n_processes=jobs, n_prefetch=2),
+            MultiprocessIterator(val, args.val_batchsize, repeat=False,
+                                 shuffle=False, n_processes=jobs))
+
+
+class Updater(training.StandardUpdater):
+    """StandardUpdater that reseeds the converter's crops from ``seed`` and
+    the iteration, so that a resumed run draws the crops of an
+    uninterrupted one, and times its updates: ``images_per_sec()`` is the
+    throughput of the updates alone (evaluations and snapshots left out)
+    since its last call, ``images`` images (all ranks) an update."""
+
+    def __init__(self, *args, seed, images, **kwds):
+        super().__init__(*args, **kwds)
+        self._seed, self.images = tuple(seed), images
+        self._done, self._seconds = 0, 0.0
+
+    def update_core(self):
+        if hasattr(self.converter, 'reseed'):
+            self.converter.reseed(self._seed + (self.iteration,))
+        start = time.perf_counter()
+        super().update_core()
+        self._seconds += time.perf_counter() - start
+        self._done += self.images
+
+    def images_per_sec(self):
+        """Images per second (all ranks) since the last call."""
+        rate = self._done / self._seconds if self._seconds else 0.0
+        self._done, self._seconds = 0, 0.0
+        return rate

@@ -18,19 +18,14 @@ minichain.datasets.get_fashion_mnist). With --device gpu and no
 --communicator, pure_nccl is used when NCCL works, else flat.
 """
 import argparse
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import minichain  # noqa: E402
-from minichain import dist, initializers  # noqa: E402
-from minichain import functions as F  # noqa: E402
-from minichain import links as L  # noqa: E402
-from minichain import training  # noqa: E402
-from minichain.training import extensions  # noqa: E402
-from models.train_extensions import (extend_snapshots,  # noqa: E402
-                                     snapshot_interval)
+import minichain
+from minichain import dist, initializers
+from minichain import functions as F
+from minichain import links as L
+from minichain import training
+from minichain.training import extensions
 
 
 class MLP(minichain.Chain):
@@ -76,7 +71,7 @@ def parse_args(argv=None):
       help='seed of the initial weights and of the shuffling')
     a('--snapshot-interval', type=int, default=1,
       help='write a snapshot every N epochs (0: never)')
-    a('--snapshot-every', type=snapshot_interval, metavar='N|Nm|Nh',
+    a('--snapshot-every', type=extensions.parse_interval, metavar='N|Nm|Nh',
       help='also snapshot every N iterations (or 30m, 2h...); snapshots are '
       'then named by iteration, and each one between epochs replaces the '
       'previous one')
@@ -169,8 +164,9 @@ def main(argv=None):
     name = ('snapshot_iter_{.updater.iteration}' if args.snapshot_every
             else 'snapshot_epoch_{.updater.epoch}')
     snap = dist.multi_node_snapshot(comm, extensions.snapshot(filename=name))
-    extend_snapshots(trainer, snap, name, args.snapshot_interval and (
-        args.snapshot_interval, 'epoch'), args.snapshot_every, comm)
+    extensions.extend_snapshots(trainer, snap, name, args.snapshot_interval
+                                and (args.snapshot_interval, 'epoch'),
+                                args.snapshot_every, comm)
 
     # Reports are for one rank only (otherwise every line comes N times).
     if comm.rank == 0:

@@ -208,6 +208,37 @@ def test_index_lists_every_page():
     assert not broken, 'docs/README.md links missing pages: {}'.format(broken)
 
 
+def test_readme_opens_with_the_two_commands_then_the_reading_order():
+    """The first screen is the way in: ``make train`` and ``make test``
+    (targets of the Makefile), then the reading order."""
+    text = (ROOT / 'README.md').read_text(encoding='utf-8')
+    block = text.split('```\n')[1]  # the first code block
+    assert [line.split('#')[0].strip() for line in block.splitlines()] == [
+        'make train', 'make test'], block
+    makefile = (ROOT / 'Makefile').read_text(encoding='utf-8')
+    assert re.search(r'^train:', makefile, re.M) and re.search(
+        r'^test:', makefile, re.M)
+    headings = re.findall(r'^## (.+)$', text, re.M)
+    assert headings[0] == 'Reading order', headings
+    order = text.split('## Reading order')[1].split('\n## ')[0]
+    for path in ('minichain/variable.py', 'minichain/function_node.py',
+                 'docs/tape.md', 'minichain/dist/optimizers.py',
+                 'docs/data_parallel.md'):
+        assert '({})'.format(path) in order, path
+
+
+@pytest.mark.parametrize('page', ['README.md', 'models/README.md',
+                                  'docs/README.md'])
+def test_relative_links_exist(page):
+    path = ROOT / page
+    text = path.read_text(encoding='utf-8')
+    links = re.findall(r'\]\(([^)#\s:]+)(?:#[^)]*)?\)', text)
+    assert links, page
+    missing = sorted(link for link in links
+                     if not (path.parent / link).exists())
+    assert not missing, '{} links missing files: {}'.format(page, missing)
+
+
 def test_own_pages_have_runnable_blocks():
     for name in ('tape.md', 'new_function.md'):
         page = read_page(DOCS / name)

@@ -34,7 +34,7 @@ What the launchers do with a signal (README.md, "Pre-emption"):
 
 Run as a program, this module starts the command under the launcher::
 
-    python -m minichain.dist.launcher -n 2 python models/train_resnet50.py
+    python -m minichain.dist.launcher -n 2 python -m models.train_resnet50
     python -m minichain.dist.launcher -n 2 --print python x.py  # just show it
 """
 import argparse

@@ -107,6 +107,17 @@ class _MultiNodeOptimizer:
                                    **self._overlap)
         return self
 
+    def broadcast_params(self):
+        """Broadcast rank 0's parameters and persistents now, so that the
+        first ``update`` steps instead of broadcasting (a script that
+        counts its updates, or whose first batch matters, wants every one
+        to step). Collective: every rank calls it, after ``setup`` and once
+        every parameter is initialized (a lazy layer after a forward pass).
+        Returns self."""
+        self.communicator.bcast_data(self.actual_optimizer.target)
+        self.needs_broadcast = False
+        return self
+
     def update(self, lossfun=None, *args, **kwds):
         """One data-parallel step, or one of its ``accumulate`` backward
         passes.
@@ -246,18 +257,15 @@ class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
         target = self.actual_optimizer.target
         if lossfun is not None:
             self._forward_backward(target, lossfun, args, kwds)
+        d = self.__dict__
         if self.needs_broadcast:
             self.communicator.bcast_data(target)
             self.needs_broadcast = False
-            shadow = copy.deepcopy(target)
-            for p in shadow.params():  # holds gradients only
-                p.cleargrad()
-                p.update_rule = None
-            d = self.__dict__
-            d['_shadow'], d['_ready'] = shadow, False
+            self._new_shadow(target)
             return
+        if d['_shadow'] is None:  # after broadcast_params() or a resume
+            self._new_shadow(target)
         cupy = backend.get_cupy()
-        d = self.__dict__
         if d['_stream'] is None:
             d['_stream'] = cupy.cuda.Stream(non_blocking=True)
         current = cupy.cuda.get_current_stream()
@@ -280,6 +288,13 @@ class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
         if ready:
             self._step(target, args, kwds)
 
+    def _new_shadow(self, target):
+        shadow = copy.deepcopy(target)
+        for p in shadow.params():  # holds gradients only
+            p.cleargrad()
+            p.update_rule = None
+        self.__dict__['_shadow'], self.__dict__['_ready'] = shadow, False
+
 
 def create_multi_node_optimizer(actual_optimizer, communicator,
                                 double_buffering=False, zero_fill=True,
@@ -294,7 +309,8 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
       rank) and calls ``update`` the same number of times (for shards of
       different lengths see :func:`join`);
     * the first ``update`` after ``setup`` broadcasts rank 0's parameters
-      and persistents and does not step; every later one replaces each
+      and persistents and does not step (``broadcast_params()`` does it
+      before the first update instead); every later one replaces each
       gradient by its mean over ranks (parameters in sorted-path order),
       then steps the wrapped optimizer. Gradients are **averaged**: with a
       per-rank mean loss over equal local batches this equals one process

@@ -17,7 +17,7 @@ import pytest
 
 from minichain.dist import launcher
 from minichain.dist import watchdog
-from models.train_extensions import REPEAT_WINDOW
+from minichain.training.triggers.stop_on_signal import REPEAT_WINDOW
 from tests.dist._launch import WORKERS, require_mpi
 
 # case -> (MINICHAIN_STALL_TIMEOUT, words the output must hold)
@@ -145,8 +145,8 @@ def _python(code, env):
 STALLED = '''
 import sys, time
 from minichain import dist
-from models.train_extensions import catch_signals
-catch_signals()
+from minichain.training.triggers import catch_stop_signals
+catch_stop_signals()
 comm = dist.create_communicator('flat')
 comm.allreduce_obj(1)
 print('ready', flush=True)

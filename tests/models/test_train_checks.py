@@ -48,7 +48,7 @@ def test_good_options_pass():
     assert (args.keep, args.nan_check, args.seed) == (2, 'on', 7)
 
 
-# -- --out ----------------------------------------------------------------------
+# -- --out --------------------------------------------------------------------
 def test_check_out_creates_nothing(tmp_path):
     out = tmp_path / 'a' / 'b'
     assert train_checks.check_out(str(out)) == str(tmp_path)
@@ -145,7 +145,7 @@ def _tree(folder):
         str(folder)) for n in dirs + files)
 
 
-# -- data -----------------------------------------------------------------------
+# -- data ---------------------------------------------------------------------
 def test_label_outside_the_classes_is_one_line(tmp_path):
     folder = fashion_dir(tmp_path)
     raw = numpy.arange(12) % 10
@@ -181,7 +181,7 @@ def test_unreadable_batches_and_bombs_stop_every_rank_with_one_line(tmp_path):
     assert 'bomb.png' in err  # skipped with a warning, not a crash
 
 
-# -- snapshots ------------------------------------------------------------------
+# -- snapshots ----------------------------------------------------------------
 def test_stale_temporaries_and_the_last_snapshot(tmp_path):
     dead = 2 ** 22 + 11
     ours = ['.snapshot_iter_4.{}.tmp'.format(dead),

@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import time
+import types
 import warnings
 
 import numpy
@@ -22,7 +23,8 @@ from tests.models._snapshots import assert_same_model, model_arrays, snapshots
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
-SCRIPT = os.path.join(ROOT, 'models', 'train_resnet50.py')
+# run as a module from the checkout, as README.md says
+SCRIPT = ['-m', 'models.train_resnet50']
 SMALL = ['--arch', 'resnet18', '--image-size', '8', '--batchsize', '2',
          '--val-batchsize', '4']
 
@@ -134,7 +136,7 @@ def launch(n, args):
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1',
                MPLBACKEND='Agg')
     env.pop('MINICHAIN_NO_ABORT', None)
-    cmd = [sys.executable, SCRIPT] + [str(a) for a in args]
+    cmd = [sys.executable] + SCRIPT + [str(a) for a in args]
     if n:
         cmd = mpi_command(n, *cmd)
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -176,6 +178,16 @@ def uninterrupted(tmp_path_factory):
 def test_synthetic_run_writes_log_plots_and_snapshots(uninterrupted):
     a, out, err = uninterrupted
     assert 'test accuracy' in out and 'Traceback' not in err
+    # the end reads cleanly: every table row on a line of its own (what a
+    # terminal shows after the line's last carriage return), the
+    # evaluation's own progress, and the summary
+    visible = [line.rsplit('\r', 1)[-1].split() for line in out.split('\n')]
+    rows = [v[:2] for v in visible if v and v[0] in ('epoch', '1', '2', '3',
+                                                      '4')]
+    assert rows == [['epoch', 'iteration'], ['1', '6'], ['2', '12'],
+                    ['3', '18'], ['4', '24']], out
+    assert 'validation:' in out or 'validation 1/' in out
+    assert 'done: 24 iterations, 96 images (4.00 epochs) in ' in out
     log = json.loads((a / 'log').read_text())
     assert [e['epoch'] for e in log] == [1, 2, 3, 4]
     for key in ('lr', 'main/loss', 'main/accuracy', 'validation/main/loss',
@@ -299,3 +311,30 @@ def test_bad_input_is_one_line_and_nonzero_exit(tmp_path, case):
     assert len(lines) == 1 and lines[0].startswith('train_resnet50.py: error:')
     assert message in lines[0], lines
     assert not (tmp_path / 'out').exists()  # nothing was written
+
+
+def test_run_as_a_file_says_how_to_run_it():
+    proc = subprocess.run([sys.executable, os.path.join(
+        ROOT, 'models', 'train_resnet50.py')], cwd=ROOT, capture_output=True,
+        text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr == ('run it from the repository root as: python -m '
+                           'models.train_resnet50 [options]\n')
+
+
+def test_summary_names_images_accuracy_and_the_budget(capsys):
+    from models import train_resnet50
+    trainer = types.SimpleNamespace(
+        updater=types.SimpleNamespace(iteration=500, epoch_detail=1.0),
+        elapsed_time=885.4)
+    args = argparse.Namespace(out='result')
+    result = {'validation/main/accuracy': 0.8637,
+              'validation/main/loss': 0.3812}
+    train_resnet50.print_end(trainer, args, 64, 10000, result)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == [
+        'done: 500 iterations, 32000 images (1.00 epochs) in 14 min 45 s',
+        'test accuracy 0.8637 (loss 0.3812) over all 10000 validation images']
+    train_resnet50.print_end(trainer, args, 64, 10000, result,
+                             budget='time budget: 13 min')
+    assert capsys.readouterr().out.splitlines()[0] == 'time budget: 13 min'

@@ -26,9 +26,10 @@ JOB = os.path.join(ROOT, 'models', 'train_resnet50.sbatch')
 def test_readme_shows_the_job_script():
     with open(JOB) as f:
         script = f.read()
-    with open(os.path.join(ROOT, 'README.md')) as f:
+    with open(os.path.join(ROOT, 'models', 'README.md')) as f:
         readme = f.read()
-    assert script in readme, 'README.md must show {} as it is'.format(JOB)
+    assert script in readme, 'models/README.md must show {} as it is'.format(
+        JOB)
 
 
 def _slurm(*args, timeout=60):

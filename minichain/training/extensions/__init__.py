@@ -2,8 +2,9 @@
 
 Evaluation (Evaluator), logging (LogReport, PrintReport, ProgressBar,
 PlotReport, observe_value, observe_lr), the graph (DumpGraph, also as
-dump_graph), snapshots (snapshot, snapshot_object) and hyper-parameter
-schedules (ExponentialShift, LinearShift).
+dump_graph), snapshots (snapshot, snapshot_object; extend_snapshots and
+parse_interval for snapshots between epochs) and hyper-parameter
+schedules (ExponentialShift, LinearShift, WarmupDecayShift).
 """
 from minichain.training.extensions.dump_graph import DumpGraph  # noqa: F401
 from minichain.training.extensions.evaluator import Evaluator  # noqa: F401
@@ -15,8 +16,10 @@ from minichain.training.extensions.progress_bar import (  # noqa: F401
 from minichain.training.extensions.plot_report import PlotReport  # noqa
 from minichain.training.extensions._snapshot import (  # noqa: F401
     Snapshot, snapshot, snapshot_object)
+from minichain.training.extensions.snapshot_schedule import (  # noqa
+    extend_snapshots, parse_interval)
 from minichain.training.extensions.shifts import (  # noqa: F401
-    ExponentialShift, LinearShift)
+    ExponentialShift, LinearShift, WarmupDecayShift)
 from minichain.training.extensions.value_observation import (  # noqa: F401
     observe_lr, observe_value)
 

@@ -38,6 +38,10 @@ class Snapshot(extension.Extension):
             matching file in ``trainer.out``, if any, into the target with
             ``serializers.load_npz``: a restarted job goes on where it
             stopped.
+
+    Attributes:
+        last_iteration: the iteration of the last snapshot written (None
+            before the first).
     """
 
     trigger = (1, 'epoch')
@@ -61,6 +65,7 @@ class Snapshot(extension.Extension):
         self.n_retains = n_retains
         self.autoload = bool(autoload)
         self.autoloaded = None  # the file autoload read, if any
+        self.last_iteration = None
 
     def initialize(self, trainer):
         """With ``autoload``, load the newest matching snapshot, if any."""
@@ -93,6 +98,7 @@ class Snapshot(extension.Extension):
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+        self.last_iteration = trainer.updater.iteration
         if self.n_retains is not None:
             _snapshot_files.remove_stale(trainer.out, self._filename,
                                          self.n_retains, path)

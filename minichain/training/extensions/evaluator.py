@@ -6,6 +6,7 @@ from minichain import reporter as reporter_module
 from minichain.configuration import no_backprop_mode, using_config
 from minichain.dataset.convert import concat_examples
 from minichain.training import extension
+from minichain.training.extensions.progress_bar import BatchProgress
 
 __all__ = ['Evaluator']
 
@@ -41,6 +42,10 @@ class Evaluator(extension.Extension):
         device: where batches go (any ``get_device`` spec, or None).
         eval_hook: called with the evaluator before each evaluation.
         eval_func: called instead of the 'main' target.
+        progress_bar: show the evaluation's progress on stdout (a tqdm bar
+            that disappears when it is done, below the training bar; see
+            ``progress_bar.BatchProgress``). In a data-parallel job, pass
+            ``progress_bar=comm.rank == 0``.
 
     Calling the evaluator returns ``{key: mean}`` (host or GPU scalars).
     """
@@ -50,7 +55,8 @@ class Evaluator(extension.Extension):
     default_name = 'validation'
 
     def __init__(self, iterator, target, converter=concat_examples,
-                 device=None, eval_hook=None, eval_func=None):
+                 device=None, eval_hook=None, eval_func=None, *,
+                 progress_bar=False):
         self._iterators = iterator if isinstance(iterator, dict) else {
             'main': iterator}
         self._targets = target if isinstance(target, dict) else {
@@ -66,6 +72,7 @@ class Evaluator(extension.Extension):
             self.device = get_device(device)
         self.eval_hook = eval_hook
         self.eval_func = eval_func
+        self.progress_bar = progress_bar
 
     def get_iterator(self, name='main'):
         """The iterator called ``name``."""
@@ -115,16 +122,30 @@ class Evaluator(extension.Extension):
             it = copy.copy(iterator)
         reporter = self._make_reporter()
         summary = reporter_module.DictSummary()
-        for batch in it:
-            observation = {}
-            with reporter.scope(observation), using_config('train', False):
-                arrays = self.converter(batch, self.device)
-                with no_backprop_mode():
-                    if isinstance(arrays, tuple):
-                        eval_func(*arrays)
-                    elif isinstance(arrays, dict):
-                        eval_func(**arrays)
-                    else:
-                        eval_func(arrays)
-            summary.add(observation, weight=_batch_size(arrays, batch))
+        progress = BatchProgress(iterator, self.name or self.default_name) \
+            if self.progress_bar else None
+        try:
+            for batch in it:
+                observation, n = self._evaluate_batch(reporter, eval_func,
+                                                      batch)
+                summary.add(observation, weight=n)
+                if progress is not None:
+                    progress.update()
+        finally:
+            if progress is not None:
+                progress.close()
         return summary
+
+    def _evaluate_batch(self, reporter, eval_func, batch):
+        """``(observation, examples)`` of one batch, in test mode."""
+        observation = {}
+        with reporter.scope(observation), using_config('train', False):
+            arrays = self.converter(batch, self.device)
+            with no_backprop_mode():
+                if isinstance(arrays, tuple):
+                    eval_func(*arrays)
+                elif isinstance(arrays, dict):
+                    eval_func(**arrays)
+                else:
+                    eval_func(arrays)
+        return observation, _batch_size(arrays, batch)

@@ -1,9 +1,9 @@
 """PrintReport: the LogReport's entries as a table on a stream."""
 import numbers
-import sys
 
 from minichain.training import extension
 from minichain.training.extensions.log_report import LogReport
+from minichain.training.extensions.progress_bar import write
 
 __all__ = ['PrintReport']
 
@@ -13,7 +13,8 @@ class PrintReport(extension.Extension):
 
     The header is printed once, before the first row. Columns are at
     least 10 characters wide (the entry name's length if longer); numbers
-    are printed with ``'{:g}'``, missing values as blanks.
+    are printed with ``'{:g}'``, missing values as blanks. Rows go above a
+    ProgressBar's tqdm bar on the same stream, not into it.
 
     Args:
         entries: the keys to print, e.g. ``['epoch', 'main/loss',
@@ -31,9 +32,7 @@ class PrintReport(extension.Extension):
         self._header_done = False
 
     def _write(self, text):
-        out = self._out or sys.stdout
-        out.write(text)
-        out.flush()
+        write(text, self._out)
 
     def _row(self, values):
         cells = []
@@ -58,11 +57,11 @@ class PrintReport(extension.Extension):
         log = log_report.log
         if len(log) <= self._log_len:
             return
+        rows = [self._row(entry) for entry in log[self._log_len:]]
         if not self._header_done:
-            self._write(self._row({e: e for e in self._entries}))
+            rows.insert(0, self._row({e: e for e in self._entries}))
             self._header_done = True
-        for entry in log[self._log_len:]:
-            self._write(self._row(entry))
+        self._write(''.join(rows))  # at once: the bar is redrawn once
         self._log_len = len(log)
 
     def serialize(self, serializer):

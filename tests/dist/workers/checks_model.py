@@ -148,6 +148,16 @@ def optimizer_wrapper(comm):
         assert (values == values[0]).all()
     _expect_error(ValueError, lambda: dist.create_multi_node_optimizer(
         optimizers.SGD(), comm, double_buffering=True), 'pure_nccl')
+    # broadcast_params(): equal now, so that the first update steps
+    other = M.seeded(M.MLP, comm.rank + 1)
+    opt = dist.create_multi_node_optimizer(
+        optimizers.SGD(lr=0.1), comm).setup(other)
+    assert opt.broadcast_params() is opt
+    for _, p in other.namedparams():
+        values = comm.allgather(p.array)
+        assert (values == values[0]).all()
+    opt.update(lambda: minichain.functions.sum(other(x) ** 2))
+    assert opt.t == 1
 
 
 def _equivalent(comm, *args, **kwargs):

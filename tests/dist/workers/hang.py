@@ -22,8 +22,9 @@ from minichain import optimizers  # noqa: E402
 
 case = sys.argv[1]
 if case == 'sigterm':  # before MPI starts, as the training script does
-    from models.train_extensions import _caught, catch_signals
-    catch_signals()
+    from minichain.training.triggers.stop_on_signal import (
+        _caught, catch_stop_signals)
+    catch_stop_signals()
     noted = signal.getsignal(signal.SIGTERM)
 
     def announce(signum, frame):

@@ -91,3 +91,21 @@ def test_device_spec_is_resolved():
     evaluator = extensions.Evaluator(it, make_model(), device=-1)
     assert evaluator.device == minichain.get_device('@numpy')
     assert numpy.isfinite(float(evaluator()['validation/main/loss']))
+
+
+def test_progress_bar_shows_the_batches(capsys, monkeypatch):
+    from minichain.training.extensions import progress_bar
+    data, model = make_data(), make_model()  # 24 examples: 5 batches
+    it = iterators.SerialIterator(data, 5, repeat=False, shuffle=False)
+    result = extensions.Evaluator(it, model)()
+    assert capsys.readouterr().out == ''  # off by default
+    monkeypatch.setattr(progress_bar, '_load_tqdm', lambda: None)
+    shown = extensions.Evaluator(it, model, progress_bar=True)()
+    assert shown == result
+    assert capsys.readouterr().out.splitlines() == [
+        'validation {}/5 batches'.format(i) for i in range(1, 6)]
+    monkeypatch.undo()
+    pytest.importorskip('tqdm')
+    extensions.Evaluator(it, model, progress_bar=True)()
+    text = capsys.readouterr().out
+    assert 'validation:' in text and '0/5' in text

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 
 from minichain.serializers import DictionarySerializer, NpzDeserializer
@@ -84,3 +86,58 @@ def test_explicit_optimizer_and_attribute(tmp_path):
                                                optimizer=opt))
     trainer.run()
     assert opt.momentum == pytest.approx(0.9 * 0.25)
+
+
+# -- WarmupDecayShift ----------------------------------------------------------
+def _values(shift, n):
+    return [shift.value(i) for i in range(n)]
+
+
+def test_warmup_then_cosine_linear_and_step():
+    cosine = extensions.WarmupDecayShift('lr', 1.0, 6, warmup=2)
+    assert _values(cosine, 8) == pytest.approx(
+        [0.1, 0.55, 1.0, 0.5 * (1 + math.cos(math.pi / 4)), 0.5,
+         0.5 * (1 + math.cos(3 * math.pi / 4)), 0.0, 0.0])
+    linear = extensions.WarmupDecayShift('lr', 2.0, 4, decay='linear',
+                                         start=0.0)
+    assert _values(linear, 5) == pytest.approx([2.0, 1.5, 1.0, 0.5, 0.0])
+    step = extensions.WarmupDecayShift('lr', 1.0, 9, warmup=1, decay='step')
+    assert _values(step, 10) == pytest.approx(
+        [0.1, 1, 1, 0.1, 0.1, 0.1, 0.01, 0.01, 0.001, 0.001])
+    custom = extensions.WarmupDecayShift('lr', 1.0, 10, decay='step',
+                                         steps=(0.5,), rate=0.5)
+    assert _values(custom, 7)[4:] == [1.0, 0.5, 0.5]
+
+
+def test_warmup_decay_sets_each_update_and_resumes_bit_for_bit(tmp_path):
+    def run(stop, state=None):
+        trainer = make_trainer(tmp_path, stop=(stop, 'iteration'))
+        trainer.extend(extensions.WarmupDecayShift('lr', 0.3, 10, warmup=3))
+        seen = []  # the rate of each update, read before the shift runs
+        trainer.extend(lambda t: seen.append(t.updater.get_optimizer().lr),
+                       name='rec', priority=1000)
+        if state is not None:
+            NpzDeserializer(state).load(trainer)
+        trainer.run()
+        saver = DictionarySerializer()
+        saver.save(trainer)
+        return seen, saver.target
+    whole, _ = run(10)
+    shift = extensions.WarmupDecayShift('lr', 0.3, 10, warmup=3)
+    assert whole == _values(shift, 10)  # the first update used value(0)
+    first, state = run(4)
+    second, _ = run(10, state)
+    assert first + second == whole  # exact floats, not approximately
+    assert not [k for k in state if k.startswith('extensions/')
+                and 'WarmupDecayShift' in k]  # nothing stored
+
+
+def test_warmup_decay_bad_arguments():
+    with pytest.raises(ValueError, match="decay must be one of cosine, "
+                       "linear, step, got 'exp'"):
+        extensions.WarmupDecayShift('lr', 0.1, 10, decay='exp')
+    with pytest.raises(ValueError, match='total must be a whole number of '
+                       'iterations, at least 1, got 0'):
+        extensions.WarmupDecayShift('lr', 0.1, 0)
+    with pytest.raises(ValueError, match='warmup must be a whole number'):
+        extensions.WarmupDecayShift('lr', 0.1, 10, warmup=2.5)
