@@ -209,7 +209,7 @@ class CommunicatorBase(CollectivesMixin):
     def _bucket_transport(self, device):
         """How this communicator reduces an overlapped bucket whose arrays
         live on ``device`` (-1: the host): over MPI here."""
-        from minichain.dist.overlap import MpiBuckets
+        from minichain.dist._mpi_buckets import MpiBuckets
         return MpiBuckets(self._bucket_wire(), device,
                           self.allreduce_grad_dtype)
 

@@ -37,10 +37,12 @@ collective. A header per bucket would buy nothing: the plan is fixed for
 the step, and each header is a round trip that would stall backward.
 
 **Progress.** MPICH moves a non-blocking collective on only inside MPI
-calls, so each hook tests the buckets in flight (``bench/overlap.py``
-compares this with MPICH's progress thread, see bench/README.md). On the
-GPU, NCCL reduces the buckets on a side stream that waits for the compute
-stream with an event (:mod:`minichain.dist._nccl_buckets`).
+calls, so each hook tests the buckets in flight
+(:mod:`minichain.dist._mpi_buckets`; ``bench/scaling.py --overlap
+--progress poll,nodes,async`` compares this with testing after every
+backward function and with MPICH's progress thread). On the GPU, NCCL
+reduces the buckets on a side stream that waits for the compute stream with
+an event (:mod:`minichain.dist._nccl_buckets`).
 """
 import zlib
 
@@ -357,55 +359,3 @@ class Reducer:
             return None
         return safety.partial_grads_error(
             wire, [n for n, _ in self.plan.entries], step.missing, partial)
-
-
-class MpiBuckets:
-    """Buckets over MPI: pack into a host buffer, post a non-blocking
-    Allreduce on the communicator's bucket Wire, test it from the hooks,
-    wait for it after backward. CuPy gradients are packed on the device and
-    staged through host memory (as the flat communicator does)."""
-
-    def __init__(self, wire, device, grad_dtype=None):
-        self.wire, self.device, self.grad_dtype = wire, device, grad_dtype
-
-    def dtypes(self, entries):
-        """``(buffer dtype, bytes per element on the wire)``."""
-        dtype = _packing.grad_dtype([(n, p, None) for n, p in entries],
-                                    self.grad_dtype)
-        return dtype, dtype.itemsize
-
-    def empty(self, n, dtype):
-        if self.device < 0:
-            return numpy.empty(n, dtype)
-        with backend.cuda_device(self.device):
-            return backend.get_cupy().empty(n, dtype)
-
-    def start(self, bucket, scale):
-        MPI = _mpi.import_mpi()
-        host = bucket.buf
-        with timeline.span('pack', bucket.nbytes, sync=self.device >= 0):
-            if self.device < 0:
-                bucket.packer.pack(host, scale)
-            else:
-                if bucket.host is None:
-                    bucket.host = numpy.empty(bucket.size, bucket.buf.dtype)
-                host = bucket.host
-                with backend.cuda_device(self.device):
-                    bucket.packer.pack(bucket.buf, scale)
-                    bucket.buf.get(out=host)
-        flat = host.reshape(-1)
-        bucket.work = (host, [self.wire.Iallreduce(
-            MPI.IN_PLACE, flat[a:b], op=MPI.SUM) for a, b in _mpi.chunks(
-                flat.size, flat.itemsize)])
-
-    def test(self, bucket):
-        return self.wire.test(bucket.work[1])
-
-    def complete(self, bucket):
-        host, requests = bucket.work
-        for request in requests:
-            self.wire.wait(request)
-        if self.device >= 0:
-            with backend.cuda_device(self.device):
-                bucket.buf.set(host)
-        bucket.work = None
