@@ -185,15 +185,18 @@ def buckets(ready, bucket_bytes=DDP_BUCKET_BYTES, first_bytes=DDP_FIRST_BYTES):
     return out
 
 
-def exposed_overlapped(workload, cost, transfer_bytes=4):
+def exposed_overlapped(workload, cost, transfer_bytes=4,
+                       bucket_bytes=DDP_BUCKET_BYTES,
+                       first_bytes=DDP_FIRST_BYTES):
     """Seconds of communication past the end of backward when each bucket
     of ``workload.ready`` is allreduced (``cost(nbytes)`` seconds, one at a
-    time, in order) as soon as it is ready and the previous one is done."""
+    time, in order) as soon as it is ready and the previous one is done.
+    The bucket caps are in float32 bytes."""
     backward = workload.backward_share * workload.step_s
     total = sum(b for _, b in workload.ready)
     scale = workload.grad_bytes / total * transfer_bytes / 4.0
     done = 0.0
-    for frac, nbytes in buckets(workload.ready):
+    for frac, nbytes in buckets(workload.ready, bucket_bytes, first_bytes):
         done = max(done, frac * backward) + cost(nbytes * scale)
     return max(0.0, done - backward)
 

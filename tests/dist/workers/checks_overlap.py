@@ -187,7 +187,8 @@ def accumulate_equivalence_mnbn(comm):
 
 def overlap_transfer_float32(comm):
     # float64 gradients averaged in float32 (flat's narrowest transfer; the
-    # NCCL paths' float16 and bfloat16 are checked on a GPU, workers/gpu.py)
+    # NCCL paths' float16 and bfloat16 are checked on a GPU: workers/gpu.py
+    # overlap, tests/dist/test_gpu.py)
     x, t = _data(n=4 * comm.size)
 
     def make():
@@ -351,3 +352,42 @@ def overlap_options_refused(comm):
         assert opt.reducer.bucket_bytes == int(TINY_MB * (1 << 20))
     finally:
         overlapping.finalize()
+
+
+def overlap_timeline_events(comm):
+    # Every rank's trace of one overlapped step: one 'grad' instant per
+    # parameter, one 'ready' and one 'bucket' span per bucket, the k-th
+    # bucket launched after k + 1 buckets were ready (in order), the first
+    # one inside backward, and the 'wait' for the rest after backward.
+    import json
+    import shutil
+    import tempfile
+    from minichain.dist import timeline
+    model = M.seeded(M.ConvNet, 1)
+    opt = dist.create_multi_node_optimizer(
+        optimizers.SGD(lr=0.1), comm, **OVERLAP).setup(model)
+    x, t = _data(n=2)
+    for _ in range(2):  # the broadcast, then the step that records the order
+        opt.update(lambda: F.softmax_cross_entropy(model(x), t))
+    folder = comm.bcast_obj(tempfile.mkdtemp() if comm.rank == 0 else None)
+    path = folder + '/overlap.json'
+    with timeline.record(path, comm, out=None):
+        opt.update(lambda: F.softmax_cross_entropy(model(x), t))
+    n = len(opt.reducer.plan.buckets)
+    if comm.rank == 0:
+        with open(path) as f:
+            events = json.load(f)['traceEvents']
+        for r in range(comm.size):
+            mine = [e for e in events if e['ph'] == 'X' and e['pid'] == r]
+
+            def at(name):
+                return sorted(e['ts'] for e in mine if e['name'] == name)
+            assert len(at('grad')) == len(list(model.params())), r
+            ready, launch = at('ready'), at('bucket')
+            assert len(ready) == len(launch) == n > 2, (r, n)
+            assert all(a <= b for a, b in zip(ready, launch)), r
+            backward = [e for e in mine if e['name'] == 'backward'][0]
+            assert launch[0] < backward['ts'] + backward['dur'], r
+            assert at('wait')[0] >= backward['ts'] + backward['dur'], r
+        shutil.rmtree(folder)
+    comm.mpi_comm.Barrier()
