@@ -173,7 +173,7 @@ class _MultiNodeOptimizer:
             return False
         # The mean over the ranks with data, and over the backward passes
         # (the Reducer divides by both as it packs).
-        factor = (comm.size / (n_active or comm.size)) / (
+        factor = (1 if n_active is None else comm.size / n_active) / (
             1 if self.reducer is not None and n_active is None
             else self.accumulate)
         if factor != 1:
