@@ -36,6 +36,10 @@ or more between minutes here) hits every configuration of a round alike.
 
     python bench/scaling.py [--ranks 1,2] [--arch resnet50] [--batch 8]
         [--size 224] [--stem imagenet] [--steps 5] [--warmup 1] [--repeat 1]
+        [--overlap [--progress poll,nodes,async] [--bucket-mb 25]]
+
+(``--overlap``: the largest rank count again with overlapped averaging, per
+progress mode, and the exposed communication of both paths; bench/README.md)
 
 Run it with .venv-bench's Python (``make bench``) to get the PyTorch
 column. The ranks need mpi4py: when this Python lacks it they run under
