@@ -11,10 +11,11 @@ wait for the slower rank, and the unpacking): together the communication
 the step does not hide.
 
 Progress of the buckets in flight (the driver's ``--progress``, given to
-the rank as ``--rank-progress``): ``poll``, the tests the hooks make
-(minichain's way); ``nodes``, a test after every function of backward too
-(this benchmark patches the tape's walk for it); ``async``, MPICH's
-progress thread (the driver sets ``MPIR_CVAR_ASYNC_PROGRESS=1``).
+the rank as ``--rank-progress``): ``nodes``, a test after every function
+of backward (minichain's way); ``poll``, tests in the gradient-ready hooks
+only (``Reducer.poll_between_nodes = False``); ``async``, MPICH's progress
+thread (the driver sets ``MPIR_CVAR_ASYNC_PROGRESS=1``) on top of
+``nodes``.
 """
 import os
 import resource
@@ -75,18 +76,6 @@ class _TimedReducer:
         self._hooks = 0.0
 
 
-def _poll_between_nodes(reducer):
-    """Make the tape's walk test the buckets after every function."""
-    from minichain import _grad_ready
-    visited = _grad_ready.GradReady.visited
-
-    def visited_then_poll(self, func):
-        visited(self, func)
-        if reducer.step is not None:
-            reducer._poll(reducer.step)
-    _grad_ready.GradReady.visited = visited_then_poll
-
-
 def run_rank(args):
     """One rank: time ``args.warmup + args.steps`` data-parallel steps;
     rank 0 prints the JSON summary of every rank's timings."""
@@ -113,8 +102,9 @@ def run_rank(args):
         timer = None
     elif args.rank_progress:
         timer = _TimedReducer(opt.reducer)
-        if args.rank_progress == 'nodes':
-            _poll_between_nodes(opt.reducer)
+        # minichain tests the buckets after every backward function
+        # ('nodes'); 'poll' leaves that to the hooks alone.
+        opt.reducer.poll_between_nodes = args.rank_progress != 'poll'
     else:
         timer = _TimedComm(comm)
     steps, cpu = [], []

@@ -110,7 +110,7 @@ def launch(n, args, python, no_comm=False, progress=None):
     ``no_comm`` the ranks skip the gradient averaging (the ceiling), and
     the worker is named 'ceiling' instead of ``n``; with ``progress`` they
     average with overlap, progressed that way (``_scaling_rank``), and the
-    worker is named e.g. '2+poll'."""
+    worker is named e.g. '2+nodes'."""
     env = dict(os.environ, **ONE_THREAD)
     env['PYTHONPATH'] = os.pathsep.join(
         [ROOT] + [p for p in [env.get('PYTHONPATH')] if p])
@@ -170,7 +170,7 @@ def measure(args, counts, python, use_torch):
         (rows, torch_row, rounds, ceiling, overlapped): a summary per rank
         count over all timed steps, PyTorch's ``(median s/step, threads,
         peak MiB)`` or None, each round's images per second by
-        configuration ({n: ..., 'torch': ..., 'ceiling': ..., '2+poll':
+        configuration ({n: ..., 'torch': ..., 'ceiling': ..., '2+nodes':
         ...}: the figures of one round are seconds apart), the ceiling's
         summary or None, and a summary per overlapped job.
     """
@@ -348,11 +348,11 @@ def main():
     p.add_argument('--overlap', action='store_true',
                    help='also run the largest rank count with overlapped '
                    'averaging, next to the plain one')
-    p.add_argument('--progress', default='poll',
+    p.add_argument('--progress', default='nodes',
                    help='with --overlap: comma-separated ways to progress '
-                   'the buckets: poll (the hooks test them), nodes (a test '
-                   'after every backward function too), async (MPICH\'s '
-                   'progress thread)')
+                   'the buckets: nodes (a test after every backward '
+                   'function: minichain\'s), poll (tests in the hooks '
+                   'only), async (MPICH\'s progress thread too)')
     p.add_argument('--bucket-mb', type=float,
                    help='with --overlap: bucket size in MiB (default 25)')
     p.add_argument('--torch-threads', type=int,

@@ -20,6 +20,12 @@ fire then. A leaf that got nothing in this walk does not fire at all; the
 ``done`` callbacks, called once at the end of the walk, are where its owner
 learns that (``Link.register_grad_hook`` reports those parameters).
 
+A ``between`` callback (``Link.register_grad_hook(..., between=f)``) is
+called after every function the walk visits while some of the link's
+gradients are not final yet: where a data-parallel owner lets the
+collectives it has in flight progress (MPICH moves a non-blocking
+collective on only inside MPI calls).
+
 Each backward counts afresh, so ``retain_graph`` and double backprop fire
 once per call to ``backward`` (functions created by a double-backprop walk
 compute gradients; they are not part of the graph being walked). While no
@@ -34,7 +40,7 @@ class Handle:
     """What ``register_grad_hook`` returns: ``remove()`` unregisters."""
 
     def __init__(self, pairs):
-        self._pairs = pairs  # [(variable, (hook, done))]
+        self._pairs = pairs  # [(variable, (hook, done, between))]
 
     def remove(self):
         """Unregister the hooks (a second call does nothing)."""
@@ -45,19 +51,21 @@ class Handle:
         self._pairs = []
 
 
-def add_hook(var, hook, done=None):
-    """Register ``(hook, done)`` on ``var``; returns a :class:`Handle`."""
-    pair = (hook, done)
+def add_hook(var, hook, done=None, between=None):
+    """Register ``(hook, done, between)`` on ``var``; returns a
+    :class:`Handle`."""
+    pair = (hook, done, between)
     var._grad_hooks = var._grad_hooks + (pair,)
     _hooked.add(var)
     return Handle([(var, pair)])
 
 
-def add_link_hook(link, hook, done=None):
+def add_link_hook(link, hook, done=None, between=None):
     """Hook every parameter of ``link``: ``hook(param)`` when its gradient
     is final; ``done(missing)`` at the end of each backward that reached
     one of them, ``missing`` = the ``[(path, param)]`` that got no gradient
-    in that backward (unused, or reached by no gradient)."""
+    in that backward (unused, or reached by no gradient); ``between()``
+    after each function of such a backward while one of them is pending."""
     params = list(link.namedparams())
     fired = set()
 
@@ -72,7 +80,7 @@ def add_link_hook(link, hook, done=None):
             done(missing)
     pairs = []
     for _, p in params:
-        pairs.extend(add_hook(p, ready, end)._pairs)
+        pairs.extend(add_hook(p, ready, end, between)._pairs)
     return Handle(pairs)
 
 
@@ -89,6 +97,7 @@ class GradReady:
         self.pending = {}    # id(leaf) -> [leaf, pending uses]
         self.before = {}     # id(leaf) -> its gradient before this walk
         self.dones = {}      # id(done) -> done
+        self.betweens = {}   # id(between) -> between
         if _hooked:
             self._count(root._creator)
 
@@ -106,9 +115,11 @@ class GradReady:
                     entry = self.pending.setdefault(id(x), [x, 0])
                     entry[1] += 1
                     self.before[id(x)] = x._grad_var
-                    for _, done in x._grad_hooks:
+                    for _, done, between in x._grad_hooks:
                         if done is not None:
                             self.dones[id(done)] = done
+                        if between is not None:
+                            self.betweens[id(between)] = between
 
     def visited(self, func):
         """The walk is done with ``func``: its hooked inputs have one
@@ -122,6 +133,8 @@ class GradReady:
                 if entry[1] == 0:
                     del self.pending[id(x)]
                     self._fire(x)
+        for between in self.betweens.values():
+            between()
 
     def finish(self):
         """The walk ended: the leaves it did not finish are final too; then
@@ -136,5 +149,5 @@ class GradReady:
         # Accumulation rebinds the gradient, so a new object means that this
         # walk added to it.
         if x._grad_var is not self.before[id(x)]:
-            for hook, _ in x._grad_hooks:
+            for hook, _, _ in x._grad_hooks:
                 hook(x)

@@ -40,7 +40,7 @@ class Variable:
     # then calls Variable.__rmul__ and returns a Variable.
     __array_ufunc__ = None
     __array_priority__ = 200
-    _grad_hooks = ()  # ((hook, done), ...): see register_grad_hook
+    _grad_hooks = ()  # ((hook, done, between), ...): register_grad_hook
 
     def __init__(self, data=None, requires_grad=True, name=None):
         if data is not None and not backend.is_array(data):
@@ -163,7 +163,7 @@ class Variable:
             seen.add(id(f))
             stack.extend(f.inputs)
 
-    def register_grad_hook(self, hook, done=None):
+    def register_grad_hook(self, hook, done=None, between=None):
         """Call ``hook(self)`` during each backward, once, as soon as the
         gradient of this leaf is final (every function that used it has run
         its backward; see :mod:`minichain._grad_ready` for why that is
@@ -175,6 +175,9 @@ class Variable:
             done: optional; called once at the end of every backward that
                 reached this variable, after every hook of that backward (a
                 ``done`` shared by several variables is called once).
+            between: optional; called after every function that such a
+                backward visits while this gradient is not final yet
+                (shared likewise): a place to let communication progress.
         Returns:
             A handle; ``handle.remove()`` unregisters the hook.
 
@@ -182,7 +185,7 @@ class Variable:
         :meth:`minichain.Link.register_grad_hook`. Hooks are not copied with
         the variable (``copy``, ``deepcopy``, pickling).
         """
-        return _grad_ready.add_hook(self, hook, done)
+        return _grad_ready.add_hook(self, hook, done, between)
 
     def __getstate__(self):
         # A hook belongs to whoever registered it (a communicator, say), not

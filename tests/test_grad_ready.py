@@ -172,3 +172,21 @@ def test_a_hook_that_raises_stops_backward_with_its_error():
     w.register_grad_hook(fail)
     with pytest.raises(RuntimeError, match='hook failed'):
         F.sum(w * 1.0).backward()
+
+
+def test_between_runs_after_each_function_while_a_gradient_is_pending():
+    net, log = _Net(), []
+    names = {id(p): n for n, p in net.namedparams()}
+    handle = net.register_grad_hook(lambda p: log.append(names[id(p)]),
+                                    between=lambda: log.append('|'))
+    x = Variable(numpy.ones((1, 3), numpy.float32))
+    net(x, log).backward()
+    # sum, pow, l2's linear (its W and b final), the tap, tanh, l1's
+    # linear: a '|' after each, once its hooks have fired
+    assert log == ['|', '|', '/l2/W', '/l2/b', '|', 'below l2', '|', '|',
+                   '/l1/W', '/l1/b', '|'], log
+    handle.remove()
+    del log[:]
+    net.cleargrads()
+    net(x, log).backward()
+    assert log == ['below l2']

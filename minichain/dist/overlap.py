@@ -37,10 +37,11 @@ collective. A header per bucket would buy nothing: the plan is fixed for
 the step, and each header is a round trip that would stall backward.
 
 **Progress.** MPICH moves a non-blocking collective on only inside MPI
-calls, so each hook tests the buckets in flight
-(:mod:`minichain.dist._mpi_buckets`; ``bench/scaling.py --overlap
---progress poll,nodes,async`` compares this with testing after every
-backward function and with MPICH's progress thread). On the GPU, NCCL
+calls, so the buckets in flight are tested after every function of
+backward (the tape's ``between`` callback), not only when a gradient is
+final: on ResNet-50 that left a third of the wait after backward, and
+MPICH's progress thread was slower still (``bench/scaling.py --overlap
+--progress poll,nodes,async``, bench/README.md). On the GPU, NCCL
 reduces the buckets on a side stream that waits for the compute stream with
 an event (:mod:`minichain.dist._nccl_buckets`).
 """
@@ -152,7 +153,12 @@ class Reducer:
         plan: the :class:`Plan`, after the first averaging.
         launched_in_backward: how many buckets of the last averaging were
             launched by the hooks, while backward still ran.
+        poll_between_nodes: test the buckets in flight after every
+            function of backward too, not only in the hooks (class default
+            True; bench/scaling.py turns it off to compare).
     """
+
+    poll_between_nodes = True
 
     def __init__(self, comm, model, step_count, bucket_mb=None,
                  first_bucket_mb=None, accumulate=1):
@@ -171,8 +177,8 @@ class Reducer:
         self.launched_in_backward = 0
         self._deferred = False   # this step was found unplanned: finish it
         self._fired, self._order = [], []
-        self._handle = model.register_grad_hook(self._on_ready,
-                                                self._on_backward_end)
+        self._handle = model.register_grad_hook(
+            self._on_ready, self._on_backward_end, self._between)
 
     def close(self):
         """Unhook the model."""
@@ -200,6 +206,11 @@ class Reducer:
             timeline.mark('ready', self.plan.buckets[k].nbytes)
         step.during_backward += self._launch_ready(step)
         self._poll(step)
+
+    def _between(self):
+        step = self.step
+        if step is not None and step.in_flight and self.poll_between_nodes:
+            self._poll(step)
 
     def _on_backward_end(self, missing):
         self._order, self._fired = self._fired, []
@@ -269,7 +280,7 @@ class Reducer:
         if any(id(p) not in self._hooked for _, p in ordered):
             self.close()  # parameters were added: hook them too
             self._handle = self.model.register_grad_hook(
-                self._on_ready, self._on_backward_end)
+                self._on_ready, self._on_backward_end, self._between)
 
     @property
     def _hooked(self):
