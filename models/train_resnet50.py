@@ -57,11 +57,12 @@ PROG = 'train_resnet50.py'
 # (models/README.md).
 FASHION_SUBSET = 32000
 # --overlap auto: average gradient buckets while backward runs where that is
-# not slower. On GPUs NCCL reduces the buckets on a side stream, hidden
-# behind backward (as PyTorch DDP does by default). On CPU the overlapped
-# path is kept too: bench/scaling.py --overlap (2 ranks x batch 8, ResNet-50
-# at 224) finds it no slower than averaging after backward, with less
-# communication exposed (models/README.md).
+# not slower. CPU: on, since bench/scaling.py --overlap (2 ranks x batch 8,
+# ResNet-50 at 224) measured it at 1.03x the throughput of averaging after
+# backward, with less communication left after backward (bench/README.md).
+# GPU: on, as PyTorch DDP's default (NCCL on a side stream); not measured
+# here for want of a GPU (bench/gpu_check.sh runs tests/dist/test_gpu.py's
+# overlap test).
 OVERLAP_BY_DEVICE = {'cpu': True, 'gpu': True}
 
 
