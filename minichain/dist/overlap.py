@@ -39,10 +39,11 @@ the step, and each header is a round trip that would stall backward.
 **Progress.** MPICH moves a non-blocking collective on only inside MPI
 calls, so the buckets in flight are tested after every function of
 backward (the tape's ``between`` callback), not only when a gradient is
-final: testing only in the hooks left about three times as much waiting
-after backward on ResNet-50, and MPICH's progress thread was slower still
-(``bench/scaling.py --overlap --progress nodes,poll,async``,
-bench/README.md). On the GPU, NCCL reduces the buckets on a side stream
+final, so that the gap between two tests is one function, however long
+backward goes without finishing a gradient (a test costs microseconds).
+On the loaded 2-core machine, testing in the hooks only was not measurably
+different; MPICH's progress thread was clearly slower (``bench/scaling.py
+--overlap --progress nodes,poll,async``, bench/README.md). On the GPU, NCCL reduces the buckets on a side stream
 that waits for the compute stream with an event
 (:mod:`minichain.dist._nccl_buckets`).
 """
