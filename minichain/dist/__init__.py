@@ -41,7 +41,7 @@ _LAZY = {
     'check_same_model': 'minichain.dist.safety',
     'set_abort_on_exception': 'minichain.dist.safety',
     'create_multi_node_optimizer': 'minichain.dist.optimizers',
-    'join': 'minichain.dist.optimizers',
+    'join': 'minichain.dist._join',
     'scatter_dataset': 'minichain.dist.datasets',
     'scatter_index': 'minichain.dist.datasets',
     'MultiNodeBatchNormalization': 'minichain.dist.batch_normalization',
