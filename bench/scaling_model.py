@@ -40,16 +40,17 @@ preset states how it was derived. Sources are in bench/README.md.
 """
 import argparse
 import dataclasses
-import json
 import math
 import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _overlap_model import (DDP_BUCKET_BYTES, READY_PATH,  # noqa: E402
+                            exposed_overlapped, load_ready)
+from _overlap_model import buckets  # noqa: E402,F401 (for its users)
 
 RESNET50_PARAMS = 25_557_032            # ResNet50(1000) in models/resnet.py
 GRAD_BYTES = RESNET50_PARAMS * 4        # 102,228,128 B packed float32
-DDP_BUCKET_BYTES = 25 * 2 ** 20         # PyTorch DDP's default bucket_cap_mb
-DDP_FIRST_BYTES = 2 ** 20               # and its first bucket's
-READY_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                          'resnet50_ready.json')
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 LINK_EFFICIENCY = 0.85                  # busbw / data rate, assumed
 
@@ -157,48 +158,6 @@ def allreduce_time(nbytes, p, cluster, algorithm):
                                     cluster.intra_alpha)
             + ring_allreduce_time(nbytes, nodes, cluster.inter_bw,
                                   cluster.inter_alpha))
-
-
-def load_ready(path=READY_PATH):
-    """A ``Workload.ready`` profile from ``bench/ready_times.py``'s JSON:
-    each gradient's time over the backward's, in the order they became
-    final, with its bytes."""
-    with open(path) as f:
-        prof = json.load(f)
-    total = prof['backward_s']
-    return tuple((min(1.0, at / total), nbytes)
-                 for _, at, nbytes in prof['grads'])
-
-
-def buckets(ready, bucket_bytes=DDP_BUCKET_BYTES, first_bytes=DDP_FIRST_BYTES):
-    """``[(ready fraction, bytes)]`` of the buckets that ``ready`` fills, in
-    order (as ``minichain.dist.overlap.plan_buckets``: a bucket closes once
-    it holds its cap); each is ready when its last gradient is."""
-    out, at, size = [], 0.0, 0
-    for frac, nbytes in ready:
-        at, size = max(at, frac), size + nbytes
-        if size >= (bucket_bytes if out else first_bytes):
-            out.append((at, size))
-            at, size = 0.0, 0
-    if size:
-        out.append((at, size))
-    return out
-
-
-def exposed_overlapped(workload, cost, transfer_bytes=4,
-                       bucket_bytes=DDP_BUCKET_BYTES,
-                       first_bytes=DDP_FIRST_BYTES):
-    """Seconds of communication past the end of backward when each bucket
-    of ``workload.ready`` is allreduced (``cost(nbytes)`` seconds, one at a
-    time, in order) as soon as it is ready and the previous one is done.
-    The bucket caps are in float32 bytes."""
-    backward = workload.backward_share * workload.step_s
-    total = sum(b for _, b in workload.ready)
-    scale = workload.grad_bytes / total * transfer_bytes / 4.0
-    done = 0.0
-    for frac, nbytes in buckets(workload.ready, bucket_bytes, first_bytes):
-        done = max(done, frac * backward) + cost(nbytes * scale)
-    return max(0.0, done - backward)
 
 
 def exposed_time(comm_s, workload, overlap):
