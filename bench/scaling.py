@@ -36,6 +36,10 @@ or more between minutes here) hits every configuration of a round alike.
 
     python bench/scaling.py [--ranks 1,2] [--arch resnet50] [--batch 8]
         [--size 224] [--stem imagenet] [--steps 5] [--warmup 1] [--repeat 1]
+        [--overlap [--progress poll,nodes,async] [--bucket-mb 25]]
+
+(``--overlap``: the largest rank count again with overlapped averaging, per
+progress mode, and the exposed communication of both paths; bench/README.md)
 
 Run it with .venv-bench's Python (``make bench``) to get the PyTorch
 column. The ranks need mpi4py: when this Python lacks it they run under
@@ -49,86 +53,20 @@ import resource
 import statistics
 import subprocess
 import sys
-import time
-
-import numpy
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(1, ROOT)
 import _interleave  # noqa: E402
+from _scaling_rank import run_rank  # noqa: E402
 from _torch_models import have_torch, torch_step  # noqa: E402
 from minichain.dist import launcher  # noqa: E402
 ONE_THREAD = {'OPENBLAS_NUM_THREADS': '1', 'OMP_NUM_THREADS': '1',
               'MKL_NUM_THREADS': '1', 'MINICHAIN_HOST_THREADS': '1'}
 
 
-# --- the ranks -----------------------------------------------------------
-class _TimedComm:
-    """Times each ``multi_node_mean_grad`` of ``comm``: a barrier first
-    (time waiting for the slower rank), then the averaging itself."""
-
-    def __init__(self, comm):
-        self.comm, self.wait, self.mean = comm, [], []
-        self._inner = comm.multi_node_mean_grad
-        comm.multi_node_mean_grad = self  # an instance attribute wins
-
-    def __call__(self, model, zero_fill=False):
-        t0 = time.perf_counter()
-        self.comm.mpi_comm.Barrier()
-        t1 = time.perf_counter()
-        self._inner(model, zero_fill)
-        t2 = time.perf_counter()
-        self.wait.append(t1 - t0)
-        self.mean.append(t2 - t1)
-
-
-def run_rank(args):
-    """One rank: time ``args.warmup + args.steps`` data-parallel steps;
-    rank 0 prints the JSON summary of every rank's timings."""
-    sys.path.insert(0, ROOT)
-    from mpi4py import MPI
-    from minichain import dist, host, optimizers
-    from models.resnet import ResNet, loss_and_accuracy
-    host.tune_malloc()  # reuse freed activation buffers (minichain.host)
-    comm = dist.create_communicator(args.communicator)
-    model = ResNet(args.arch, 1000, args.stem)
-    opt = optimizers.MomentumSGD(lr=0.01, momentum=0.9)
-    if not args.no_comm:  # else each rank steps on its own gradients
-        opt = dist.create_multi_node_optimizer(opt, comm)
-    opt.setup(model)
-    rng = numpy.random.default_rng(comm.rank)
-    x = rng.standard_normal((args.batch, 3, args.size, args.size),
-                            dtype=numpy.float32)
-    t = rng.integers(0, 1000, args.batch).astype(numpy.int32)
-    opt.update(loss_and_accuracy, model, x, t)  # multi-node: broadcasts only
-    timer = None if args.no_comm else _TimedComm(comm)
-    steps, cpu = [], []
-
-    def step():
-        comm.mpi_comm.Barrier()
-        t0, c0 = time.perf_counter(), time.process_time()
-        opt.update(loss_and_accuracy, model, x, t)
-        steps.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-        return comm.mpi_comm.allreduce(steps[-1], op=MPI.MAX)
-
-    def finish():
-        n = args.warmup
-        zeros = [0.0] * len(steps)
-        mine = {'step': steps[n:], 'cpu': cpu[n:],
-                'wait': (timer.wait if timer else zeros)[n:],
-                'mean': (timer.mean if timer else zeros)[n:],
-                'rss_mib': resource.getrusage(
-                    resource.RUSAGE_SELF).ru_maxrss / 1024.0}
-        ranks = comm.mpi_comm.gather(mine, root=0)
-        grad_bytes = sum(p.grad.nbytes for p in model.params())
-        return {'ranks': ranks, 'grad_bytes': grad_bytes}
-
-    _interleave.serve(step, args.warmup, finish, rank=comm.rank)
-
-
+# --- the workers ---------------------------------------------------------
 def run_torch_worker(args):
     """PyTorch in one process with ``args.torch_threads`` threads, serving
     steps on the global batch of the largest rank count."""
@@ -167,10 +105,12 @@ def mpiexec_for(n, python):
         raise SystemExit('scaling.py: {}'.format(e))
 
 
-def launch(n, args, python, no_comm=False):
+def launch(n, args, python, no_comm=False, progress=None):
     """A warmed-up MPI job of ``n`` ranks serving steps (a Worker); with
     ``no_comm`` the ranks skip the gradient averaging (the ceiling), and
-    the worker is named 'ceiling' instead of ``n``."""
+    the worker is named 'ceiling' instead of ``n``; with ``progress`` they
+    average with overlap, progressed that way (``_scaling_rank``), and the
+    worker is named e.g. '2+nodes'."""
     env = dict(os.environ, **ONE_THREAD)
     env['PYTHONPATH'] = os.pathsep.join(
         [ROOT] + [p for p in [env.get('PYTHONPATH')] if p])
@@ -178,10 +118,19 @@ def launch(n, args, python, no_comm=False):
         __file__), '--rank', '--arch', args.arch, '--batch', str(args.batch),
         '--size', str(args.size), '--stem', args.stem, '--warmup',
         str(args.warmup), '--communicator', args.communicator]
+    name = n
     if no_comm:
         cmd.append('--no-comm')
-    return _interleave.Worker('ceiling' if no_comm else n, cmd, ranks=n,
-                              env=env, timeout=args.timeout)
+        name = 'ceiling'
+    if progress:
+        cmd += ['--rank-progress', progress]
+        if args.bucket_mb is not None:
+            cmd += ['--bucket-mb', str(args.bucket_mb)]
+        if progress == 'async':  # MPICH's progress thread
+            env['MPIR_CVAR_ASYNC_PROGRESS'] = '1'
+        name = '{}+{}'.format(n, progress)
+    return _interleave.Worker(name, cmd, ranks=n, env=env,
+                              timeout=args.timeout)
 
 
 def launch_torch(args, batch, threads):
@@ -218,16 +167,20 @@ def measure(args, counts, python, use_torch):
     one step each, ``args.repeat`` times (fresh workers each time).
 
     Returns:
-        (rows, torch_row, rounds, ceiling): a summary per rank count over
-        all timed steps, PyTorch's ``(median s/step, threads, peak MiB)`` or
-        None, each round's images per second by configuration ({n: ...,
-        'torch': ..., 'ceiling': ...}: the figures of one round are seconds
-        apart), and the ceiling's summary or None.
+        (rows, torch_row, rounds, ceiling, overlapped): a summary per rank
+        count over all timed steps, PyTorch's ``(median s/step, threads,
+        peak MiB)`` or None, each round's images per second by
+        configuration ({n: ..., 'torch': ..., 'ceiling': ..., '2+nodes':
+        ...}: the figures of one round are seconds apart), the ceiling's
+        summary or None, and a summary per overlapped job.
     """
     threads = args.torch_threads or max(counts)
     gbatch = max(counts) * args.batch
+    modes = ([m for m in args.progress.split(',') if m]
+             if args.overlap and max(counts) > 1 else [])
+    ovl = ['{}+{}'.format(max(counts), m) for m in modes]
     images = dict({n: n * args.batch for n in counts}, torch=gbatch,
-                  ceiling=gbatch)
+                  ceiling=gbatch, **{name: gbatch for name in ovl})
     use_ceiling = args.ceiling and max(counts) > 1
     merged, torch_times, torch_rss, rounds = {}, [], 0.0, []
     for _ in range(args.repeat):
@@ -236,6 +189,9 @@ def measure(args, counts, python, use_torch):
         try:
             for n in counts:
                 workers.append(launch(n, args, python))
+            for mode in modes:
+                workers.append(launch(max(counts), args, python,
+                                      progress=mode))
             if use_ceiling:
                 workers.append(launch(max(counts), args, python, True))
             if use_torch:
@@ -245,7 +201,7 @@ def measure(args, counts, python, use_torch):
         finally:
             for w in workers:
                 w.close()
-        for n in counts + (['ceiling'] if use_ceiling else []):
+        for n in counts + ovl + (['ceiling'] if use_ceiling else []):
             _merge(merged, n, results[n], load)
         if use_torch:
             torch_times += [t['torch'] for t in turns]
@@ -258,7 +214,10 @@ def measure(args, counts, python, use_torch):
                  if use_torch else None)
     ceiling = (summarize(max(counts), args.batch, merged['ceiling'])
                if use_ceiling else None)
-    return rows, torch_row, rounds, ceiling
+    overlapped = [dict(summarize(max(counts), args.batch, merged[name]),
+                       name=name, buckets=merged[name]['buckets'],
+                       load=merged[name]['load']) for name in ovl]
+    return rows, torch_row, rounds, ceiling, overlapped
 
 
 def _merge(merged, n, res, load):
@@ -297,6 +256,34 @@ def report_rounds(counts, rounds):
         ratio = [t[last] / t['torch'] for t in rounds]
         print('ratio minichain ({} ranks) / PyTorch, round by round: {}'
               .format(last, line(ratio, '{:.2f}x')))
+    for name in sorted(k for k in rounds[0] if '+' in str(k)):
+        eff = [100 * t[name] / (last / base * t[base]) for t in rounds]
+        print('efficiency at {}, round by round: {}'.format(
+            name, line(eff, '{:.1f}%')))
+        print('overlapped / not ({} / {}), round by round: {}'.format(
+            name, last, line([t[name] / t[last] for t in rounds],
+                             '{:.3f}x')))
+
+
+def report_overlap(rows, overlapped):
+    """The exposed (not hidden) gradient communication per step, without
+    overlap and with each overlapped job."""
+    base, last = rows[0], rows[-1]
+    print('exposed communication per step at {} ranks, not overlapped: '
+          '{:.1f} ms ({:.1f} ms averaging + {:.1f} ms waiting for the slower '
+          'rank)'.format(last['n'], 1e3 * (last['mean'] + last['wait']),
+                         1e3 * last['mean'], 1e3 * last['wait']))
+    for r in overlapped:
+        exposed = r['mean'] + r['wait']
+        print('exposed communication per step, {}: {:.1f} ms ({:.1f} ms in '
+              'the hooks during backward, packing and posting {} buckets, '
+              '+ {:.1f} ms after backward, waiting for the last ones and '
+              'unpacking); {:.2f}x the not overlapped; efficiency {:.1f}%'
+              .format(r['name'], 1e3 * exposed, 1e3 * r['mean'],
+                      r['buckets'], 1e3 * r['wait'], exposed / max(
+                          1e-12, last['mean'] + last['wait']),
+                      100 * r['img_s'] / (r['n'] / base['n']
+                                          * base['img_s'])))
 
 
 def report(args, rows, torch_row, ceiling=None):
@@ -358,6 +345,16 @@ def main():
     p.add_argument('--gap', type=float, default=0.3,
                    help='seconds of pause before each step')
     p.add_argument('--communicator', default='flat')
+    p.add_argument('--overlap', action='store_true',
+                   help='also run the largest rank count with overlapped '
+                   'averaging, next to the plain one')
+    p.add_argument('--progress', default='nodes',
+                   help='with --overlap: comma-separated ways to progress '
+                   'the buckets: nodes (a test after every backward '
+                   'function: minichain\'s), poll (tests in the hooks '
+                   'only), async (MPICH\'s progress thread too)')
+    p.add_argument('--bucket-mb', type=float,
+                   help='with --overlap: bucket size in MiB (default 25)')
     p.add_argument('--torch-threads', type=int,
                    help='default: the largest rank count')
     p.add_argument('--no-torch', action='store_true')
@@ -366,6 +363,7 @@ def main():
     p.add_argument('--timeout', type=float, default=900,
                    help='seconds to wait for any one answer of a worker')
     p.add_argument('--rank', action='store_true', help=argparse.SUPPRESS)
+    p.add_argument('--rank-progress', help=argparse.SUPPRESS)
     p.add_argument('--no-comm', action='store_true', help=argparse.SUPPRESS)
     p.add_argument('--torch-worker', action='store_true',
                    help=argparse.SUPPRESS)
@@ -375,6 +373,10 @@ def main():
     if args.torch_worker:
         return run_torch_worker(args)
     counts = [int(c) for c in args.ranks.split(',')]
+    if args.overlap and args.warmup < 1:
+        raise SystemExit('scaling.py: --overlap needs --warmup 1 or more (the '
+                         'first averaging records the bucket order and is '
+                         'not overlapped)')
     python = rank_python()
     print('{} {} px ({} stem), batch {} per rank, float32, MomentumSGD, '
           '{} communicator, 1 BLAS thread per rank; {} timed rounds after {} '
@@ -384,9 +386,11 @@ def main():
     print('ranks run {} under {}'.format(python, ' '.join(
         mpiexec_for(1, python)[:-2])), flush=True)
     use_torch = not args.no_torch and have_torch()
-    rows, torch_row, rounds, ceiling = measure(args, counts, python,
-                                               use_torch)
+    rows, torch_row, rounds, ceiling, overlapped = measure(
+        args, counts, python, use_torch)
     report(args, rows, torch_row, ceiling)
+    if overlapped:
+        report_overlap(rows, overlapped)
     report_rounds(counts, rounds)
     if not use_torch and not args.no_torch:
         print('PyTorch is not importable by {}: no comparison (run with '

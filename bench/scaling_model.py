@@ -21,9 +21,15 @@ sharing the node's network links), then allgathers inside the node:
 Weak scaling (a fixed batch per GPU): efficiency = T_step / (T_step +
 exposed communication). Without overlap all of it is exposed. With overlap
 (allreduce buckets launched while backward still runs, as PyTorch DDP and
-Horovod do) the backward hides up to ``backward_share * T_step`` of it,
-except the last bucket (the first layers' gradients, ready only when
-backward ends), which is always exposed. float16 transfer halves ``n``.
+Horovod do, and minichain's ``overlap=True``) the gradients are grouped in
+DDP's buckets (1 MiB first, then 25 MiB) in the order they become final in
+a measured backward of ResNet-50 (``bench/ready_times.py`` writes
+``bench/resnet50_ready.json``: each gradient's time as a fraction of
+backward). Bucket k starts when its last gradient is final and the previous
+bucket is done, and costs its own allreduce (latency included); what runs
+past the end of backward is exposed. Without a profile, backward hides up
+to ``backward_share * T_step``, except the last 25 MiB. float16 transfer
+halves ``n``.
 
     python bench/scaling_model.py [--markdown]
     python bench/scaling_model.py --custom --img-per-s 3000 --batch 256 \\
@@ -35,10 +41,16 @@ preset states how it was derived. Sources are in bench/README.md.
 import argparse
 import dataclasses
 import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _overlap_model import (DDP_BUCKET_BYTES, READY_PATH,  # noqa: E402
+                            exposed_overlapped, load_ready)
+from _overlap_model import buckets  # noqa: E402,F401 (for its users)
 
 RESNET50_PARAMS = 25_557_032            # ResNet50(1000) in models/resnet.py
 GRAD_BYTES = RESNET50_PARAMS * 4        # 102,228,128 B packed float32
-DDP_BUCKET_BYTES = 25 * 2 ** 20         # PyTorch DDP's default bucket_cap_mb
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 LINK_EFFICIENCY = 0.85                  # busbw / data rate, assumed
 
@@ -81,13 +93,16 @@ class Workload:
         backward_share: the part of ``step_s`` that backward takes (about
             2/3: backward costs about twice the forward).
         tail_bytes: float32 gradient bytes in the last bucket, which is
-            reduced only after backward ends.
+            reduced only after backward ends (without ``ready``).
+        ready: None, or ``((fraction of backward, float32 bytes), ...)``:
+            when each gradient is final, in that order (:func:`load_ready`).
     """
     step_s: float
     batch: int = 32
     grad_bytes: float = GRAD_BYTES
     backward_share: float = 2.0 / 3.0
     tail_bytes: float = DDP_BUCKET_BYTES
+    ready: tuple = None
 
     def with_step(self, step_s):
         return dataclasses.replace(self, step_s=step_s)
@@ -146,7 +161,8 @@ def allreduce_time(nbytes, p, cluster, algorithm):
 
 
 def exposed_time(comm_s, workload, overlap):
-    """The communication seconds that the step waits for."""
+    """The communication seconds that the step waits for, without a
+    ready profile."""
     if not overlap:
         return comm_s
     tail = comm_s * min(1.0, workload.tail_bytes / workload.grad_bytes)
@@ -161,10 +177,14 @@ def efficiency(p, cluster, workload, algorithm='ring', overlap=False,
         transfer_bytes: bytes per gradient element on the wire (4 for
             float32, 2 for float16).
     """
-    nbytes = workload.grad_bytes * transfer_bytes / 4.0
-    comm = allreduce_time(nbytes, p, cluster, algorithm)
-    return workload.step_s / (workload.step_s
-                              + exposed_time(comm, workload, overlap))
+    if overlap and workload.ready is not None and p > 1:
+        exposed = exposed_overlapped(workload, lambda n: allreduce_time(
+            n, p, cluster, algorithm), transfer_bytes)
+    else:
+        nbytes = workload.grad_bytes * transfer_bytes / 4.0
+        comm = allreduce_time(nbytes, p, cluster, algorithm)
+        exposed = exposed_time(comm, workload, overlap)
+    return workload.step_s / (workload.step_s + exposed)
 
 
 # (column title, algorithm, overlap, bytes per element on the wire)
@@ -202,6 +222,17 @@ def calibrate_inter_bw(target, p, cluster, workload, **variant):
         return efficiency(p, dataclasses.replace(cluster, inter_bw=bw),
                           workload, **variant)
     return _bisect(eff, 1e6, 1e15, target)
+
+
+if os.path.exists(READY_PATH):
+    READY = load_ready()
+    READY_NOTE = ('+ovl columns: DDP buckets over the gradients as they became '
+                  'final in a measured backward ({})'.format(
+                      os.path.relpath(READY_PATH)))
+else:  # run bench/ready_times.py to make it
+    READY = None
+    READY_NOTE = ('+ovl columns: no {}: backward assumed to hide all but the '
+                  'last 25 MiB'.format(READY_PATH))
 
 
 # --- presets -------------------------------------------------------------
@@ -267,7 +298,7 @@ def summary(markdown=False, counts=(128, 1024)):
     for gbps, nics in ((200, 1), (400, 1), (400, 8)):
         for batch in (32, 256):
             cluster = modern(gbps, nics)
-            work = Workload(batch / H100_IMG_S, batch=batch)
+            work = Workload(batch / H100_IMG_S, batch=batch, ready=READY)
             rows.append(['{}x{} Gb/s'.format(nics, gbps), str(batch)] + [
                 '{:.1f}'.format(100 * efficiency(
                     p, cluster, work, algorithm=a, overlap=o,
@@ -327,6 +358,7 @@ def main(argv=None):
     p.add_argument('--alpha-inter-us', type=float, default=5.0)
     args = p.parse_args(argv)
     md = args.markdown
+    print(READY_NOTE)
     print('ResNet-50 gradients: {:,} parameters = {:,} B float32 ({:.1f} '
           'MiB, {:.1f} MB)'.format(RESNET50_PARAMS, GRAD_BYTES,
                                    GRAD_BYTES / 2 ** 20, GRAD_BYTES / 1e6))
@@ -334,7 +366,8 @@ def main(argv=None):
         cluster = Cluster('custom', args.gpus_per_node, args.intra_GBps * 1e9,
                           gbit(args.inter_Gbps), args.alpha_intra_us * 1e-6,
                           args.alpha_inter_us * 1e-6)
-        work = Workload(args.batch / args.img_per_s, batch=args.batch)
+        work = Workload(args.batch / args.img_per_s, batch=args.batch,
+                        ready=READY)
         counts = [n for n in GPU_COUNTS
                   if n <= args.gpus_per_node or n % args.gpus_per_node == 0]
         print('\n' + describe(cluster, work))
@@ -342,10 +375,12 @@ def main(argv=None):
         return
     lines, cal = paper_report()
     print('\n' + '\n'.join(lines))
+    cal = dataclasses.replace(cal, ready=READY)
     print('\nEfficiency (%), ' + describe(PAPER, cal))
     print('\n'.join(table(PAPER, cal, markdown=md)))
     for cluster in (modern(200), modern(400)):
-        work = Workload(PAPER_BATCH / H100_IMG_S, batch=PAPER_BATCH)
+        work = Workload(PAPER_BATCH / H100_IMG_S, batch=PAPER_BATCH,
+                        ready=READY)
         print('\nEfficiency (%), ' + describe(cluster, work))
         print('\n'.join(table(cluster, work, markdown=md)))
     print('\nModern nodes at 128 and 1024 GPUs, efficiency (%), H100-class '

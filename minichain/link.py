@@ -17,7 +17,7 @@ import warnings
 
 import numpy
 
-from minichain import _link_arrays, backend
+from minichain import _grad_ready, _link_arrays, backend
 from minichain.variable import Parameter
 
 
@@ -192,6 +192,17 @@ class Link:
         """Set every parameter's gradient to None."""
         for param in self.params():
             param.cleargrad()
+
+    def register_grad_hook(self, hook, done=None, between=None):
+        """Call ``hook(param)`` during each backward as soon as the gradient
+        of each of this link's parameters is final (see
+        :meth:`minichain.Variable.register_grad_hook`), and
+        ``done(missing)`` at the end of each backward that reached one of
+        them: ``missing`` lists the ``(path, param)`` that got no gradient
+        in it; ``between()``, after every function of such a backward while
+        some of them are not final yet. Parameters added later are not
+        hooked. Returns a handle with ``remove()``."""
+        return _grad_ready.add_link_hook(self, hook, done, between)
 
     def zerograds(self):
         """Set every initialized parameter's gradient to zeros (uninitialized

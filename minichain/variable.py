@@ -10,7 +10,7 @@ import itertools
 
 import numpy
 
-from minichain import backend
+from minichain import _grad_ready, backend
 from minichain.configuration import config, using_config
 
 
@@ -40,6 +40,7 @@ class Variable:
     # then calls Variable.__rmul__ and returns a Variable.
     __array_ufunc__ = None
     __array_priority__ = 200
+    _grad_hooks = ()  # ((hook, done, between), ...): register_grad_hook
 
     def __init__(self, data=None, requires_grad=True, name=None):
         if data is not None and not backend.is_array(data):
@@ -162,6 +163,37 @@ class Variable:
             seen.add(id(f))
             stack.extend(f.inputs)
 
+    def register_grad_hook(self, hook, done=None, between=None):
+        """Call ``hook(self)`` during each backward, once, as soon as the
+        gradient of this leaf is final (every function that used it has run
+        its backward; see :mod:`minichain._grad_ready` for why that is
+        known), while backward goes on with the functions below.
+
+        Args:
+            hook: called with this variable; its ``grad`` is final. Not
+                called in a backward that adds nothing to the gradient.
+            done: optional; called once at the end of every backward that
+                reached this variable, after every hook of that backward (a
+                ``done`` shared by several variables is called once).
+            between: optional; called after every function that such a
+                backward visits while this gradient is not final yet
+                (shared likewise): a place to let communication progress.
+        Returns:
+            A handle; ``handle.remove()`` unregisters the hook.
+
+        For the parameters of a whole model see
+        :meth:`minichain.Link.register_grad_hook`. Hooks are not copied with
+        the variable (``copy``, ``deepcopy``, pickling).
+        """
+        return _grad_ready.add_hook(self, hook, done, between)
+
+    def __getstate__(self):
+        # A hook belongs to whoever registered it (a communicator, say), not
+        # to a copy of the variable.
+        state = self.__dict__.copy()
+        state.pop('_grad_hooks', None)
+        return state
+
     def to_cpu(self):
         """Move data and gradient to host memory, in place."""
         self._data = backend.to_cpu(self._data)
@@ -220,6 +252,7 @@ def _backward_walk(root, retain_grad, keep_graph):
     # for their creator. Freeing a consumer drops its strong reference to its
     # inputs, so the walk keeps them alive here until their creator has run.
     pending = {}
+    ready = _grad_ready.GradReady(root)  # fires the gradient-ready hooks
 
     def push(func):
         if id(func) not in queued:
@@ -259,8 +292,10 @@ def _backward_walk(root, retain_grad, keep_graph):
                 pending.pop(id(y), None)
                 if not retain_grad and y is not root:
                     y._grad_var = None
+        ready.visited(func)
         if not keep_graph:
             func.free()
+    ready.finish()
 
 
 def _call_backward(func, targets, grad_outputs):

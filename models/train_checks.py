@@ -80,7 +80,8 @@ def check_args(args):
             'epoch': (0, None, True), 'time_budget': (0, None, True),
             'lr': (0, None, True),
             'warmup': (0, None, False), 'momentum': (0, 1, False),
-            'weight_decay': (0, None, False)}.items():
+            'weight_decay': (0, None, False),
+            'bucket_mb': (0, None, True)}.items():
         value = getattr(args, name)
         if value is not None:
             number(value, name.replace('_', '-'), low, high, low_open)

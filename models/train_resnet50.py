@@ -57,6 +57,14 @@ PROG = 'train_resnet50.py'
 # evaluation included), so that `make train` ends within 15 minutes on any
 # machine (models/README.md).
 TIME_BUDGET = 13.0
+# --overlap auto: average gradient buckets while backward runs where that is
+# not slower. CPU: on, since bench/scaling.py --overlap (2 ranks x batch 8,
+# ResNet-50 at 224) measured it at 1.03x the throughput of averaging after
+# backward, with less communication left after backward (bench/README.md).
+# GPU: on, as PyTorch DDP's default (NCCL on a side stream); not measured
+# here for want of a GPU (bench/gpu_check.sh runs tests/dist/test_gpu.py's
+# overlap test).
+OVERLAP_BY_DEVICE = {'cpu': True, 'gpu': True}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -100,6 +108,12 @@ def parse_args(argv=None):
     a('--communicator', choices=('flat', 'naive', 'pure_nccl',
                                  'hierarchical', 'auto'))
     a('--device', choices=('cpu', 'gpu', 'auto'), default='auto')
+    a('--overlap', choices=('on', 'off', 'auto'), default='auto',
+      help='average gradients in buckets while backward still runs (auto: '
+      'on where that is not slower, see models/README.md; never with the '
+      'naive communicator)')
+    a('--bucket-mb', type=float, help='with --overlap: MiB of gradients per '
+      'bucket (default 25, as PyTorch DDP)')
     a('--out', '-o', default='result')
     a('--keep', type=int, default=2, help='snapshots to keep in --out (the '
       'newest ones; default 2)')
@@ -177,6 +191,7 @@ def main(argv=None):
         except (ImportError, ValueError, RuntimeError) as e:
             raise UserError(e)
         rank = comm.rank
+        args.overlap = use_overlap(args, comm)
         return train(args, comm)
     except UserError as e:  # raised on every rank alike (see agree)
         if rank == 0:
@@ -185,12 +200,24 @@ def main(argv=None):
         return e.status
 
 
+def use_overlap(args, comm):
+    """Whether to overlap the averaging with backward (``--overlap``)."""
+    if args.overlap == 'auto':
+        return comm.can_overlap and OVERLAP_BY_DEVICE[args.device]
+    if args.overlap == 'on' and not comm.can_overlap:
+        raise UserError('--overlap on: the {} communicator cannot overlap '
+                        '(use flat, pure_nccl or hierarchical)'.format(
+                            comm.name), status=2)
+    return args.overlap == 'on'
+
+
 def train(args, comm):
     """Train on every rank; returns the exit status."""
     if comm.rank == 0:
-        print('{} on {} ({} process{}, {} communicator, {}), batch {} per '
+        print('{} on {} ({} process{}, {} communicator{}, {}), batch {} per '
               'rank'.format(args.arch, args.data, comm.size,
                             '' if comm.size == 1 else 'es', comm.name,
+                            ', overlapped' if args.overlap else '',
                             args.device, args.batchsize), flush=True)
     on_root(comm, train_checks.check_out, args.out)
     device = agree(comm, train_data.get_device, args.device, comm.intra_rank,
@@ -214,7 +241,8 @@ def train(args, comm):
 
     optimizer = dist.create_multi_node_optimizer(
         optimizers.MomentumSGD(lr=args.lr, momentum=args.momentum), comm,
-        nan_check=args.nan_check == 'on').setup(model)
+        nan_check=args.nan_check == 'on', overlap=args.overlap,
+        bucket_mb=args.bucket_mb).setup(model)
     if args.weight_decay:
         optimizer.add_hook(optimizer_hooks.WeightDecay(args.weight_decay))
     optimizer.broadcast_params()  # start equal: the first update steps too

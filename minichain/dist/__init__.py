@@ -41,7 +41,7 @@ _LAZY = {
     'check_same_model': 'minichain.dist.safety',
     'set_abort_on_exception': 'minichain.dist.safety',
     'create_multi_node_optimizer': 'minichain.dist.optimizers',
-    'join': 'minichain.dist.optimizers',
+    'join': 'minichain.dist._join',
     'scatter_dataset': 'minichain.dist.datasets',
     'scatter_index': 'minichain.dist.datasets',
     'MultiNodeBatchNormalization': 'minichain.dist.batch_normalization',
@@ -91,7 +91,8 @@ def _tell_auto_fallback(why, mpi_comm):
 
 
 def create_communicator(communicator_name='auto', mpi_comm=None,
-                        allreduce_grad_dtype=None):
+                        allreduce_grad_dtype=None, overlap=False,
+                        bucket_mb=None):
     """Create a communicator for data-parallel training.
 
     Args:
@@ -105,6 +106,10 @@ def create_communicator(communicator_name='auto', mpi_comm=None,
         allreduce_grad_dtype: dtype of the gradient transfer (float32 or
             float64; float16 and ``'bfloat16'`` only with NCCL), default the
             gradients' own.
+        overlap, bucket_mb: the defaults of the multi-node optimizers made
+            with this communicator: average gradients in buckets of about
+            ``bucket_mb`` MiB while backward runs (see
+            :func:`create_multi_node_optimizer`); not with ``'naive'``.
     Returns:
         A :class:`~minichain.dist.communicator_base.CommunicatorBase`.
     Raises:
@@ -125,7 +130,13 @@ def create_communicator(communicator_name='auto', mpi_comm=None,
                              ', '.join(['auto'] + sorted(_COMMUNICATORS))))
     module, cls = _COMMUNICATORS[name]
     cls = getattr(importlib.import_module(module), cls)
-    return cls(mpi_comm, allreduce_grad_dtype=allreduce_grad_dtype)
+    if overlap and not cls.can_overlap:
+        raise ValueError('create_communicator: the {} communicator cannot '
+                         'overlap (use flat, pure_nccl or hierarchical)'
+                         .format(name))
+    comm = cls(mpi_comm, allreduce_grad_dtype=allreduce_grad_dtype)
+    comm.overlap, comm.bucket_mb = bool(overlap), bucket_mb
+    return comm
 
 
 # ChainerMN's module paths: chainermn.links, chainermn.extensions.

@@ -27,9 +27,15 @@ class CommunicatorBase(CollectivesMixin):
         intra_rank, intra_size: rank among, and number of, the processes on
             this node (nodes are told apart by MPI's processor name).
         inter_rank, inter_size: index of this node and number of nodes.
+        overlap, bucket_mb: the defaults of the multi-node optimizers made
+            with this communicator (see
+            :func:`minichain.dist.create_communicator`).
     """
 
     name = None
+    overlap = False
+    bucket_mb = None
+    can_overlap = True  # whether it has _bucket_transport
 
     def __init__(self, mpi_comm=None, allreduce_grad_dtype=None):
         MPI = _mpi.import_mpi()
@@ -39,6 +45,7 @@ class CommunicatorBase(CollectivesMixin):
             allreduce_grad_dtype)
         self._wire = watchdog.Wire(self.mpi_comm, self.name or type(
             self).__name__)
+        self._buckets = None  # the Wire of overlapped buckets, when needed
         self._init_ranks(MPI.Get_processor_name())
         safety.install_abort_hook()
         timeline.start_from_env(self)
@@ -188,6 +195,24 @@ class CommunicatorBase(CollectivesMixin):
         ``param.grad`` (None contributes zeros)."""
         raise NotImplementedError(type(self).__name__ + '._mean_grads')
 
+    def _bucket_wire(self):
+        """The Wire of the overlapped averaging's buckets
+        (:mod:`minichain.dist.overlap`): a duplicate of its own, so that
+        buckets in flight during backward never mix with the collectives
+        that backward makes on this communicator. Created when first
+        needed, collectively (by every rank's first averaging)."""
+        if self._buckets is None:
+            self._buckets = watchdog.Wire(self.mpi_comm, '{} buckets'.format(
+                self.name or type(self).__name__))
+        return self._buckets
+
+    def _bucket_transport(self, device):
+        """How this communicator reduces an overlapped bucket whose arrays
+        live on ``device`` (-1: the host): over MPI here."""
+        from minichain.dist._mpi_buckets import MpiBuckets
+        return MpiBuckets(self._bucket_wire(), device,
+                          self.allreduce_grad_dtype)
+
     def raise_everywhere(self, error):
         """Raise ``error`` on every rank (see
         :func:`minichain.dist.agreement.raise_everywhere`): the others
@@ -204,6 +229,7 @@ class CommunicatorBase(CollectivesMixin):
         sub = type(self)(mpi_sub,
                          allreduce_grad_dtype=self.allreduce_grad_dtype)
         sub._owns_mpi_comm = True
+        sub.overlap, sub.bucket_mb = self.overlap, self.bucket_mb
         return sub
 
     def finalize(self):
@@ -212,9 +238,10 @@ class CommunicatorBase(CollectivesMixin):
         :mod:`minichain.dist.timeline`). MPI itself is finalized by mpi4py
         at exit."""
         timeline.finish_owned(self)
-        if self._wire is not None:
-            self._wire.free()
-            self._wire = None
+        for wire in (self._buckets, self._wire):
+            if wire is not None:
+                wire.free()
+        self._wire = self._buckets = None
         if self._owns_mpi_comm and self.mpi_comm is not None:
             self.mpi_comm.Free()
             self.mpi_comm = None

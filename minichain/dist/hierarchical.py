@@ -9,6 +9,22 @@ from minichain.dist.pure_nccl import (PureNcclCommunicator,
                                       to_bfloat16_bits)
 
 
+def widen(host):
+    """A host copy of a wire buffer in a dtype MPI can sum: bfloat16 bit
+    patterns (uint16, see pure_nccl.to_bfloat16_bits) and float16 become
+    float32."""
+    if host.dtype == numpy.uint16:
+        return from_bfloat16_bits(host)
+    return host.astype(numpy.float32) if host.itemsize < 4 else host
+
+
+def narrow(wide, dtype):
+    """:func:`widen` undone, into the wire's ``dtype``."""
+    if dtype == numpy.uint16:
+        return to_bfloat16_bits(numpy.ascontiguousarray(wide))
+    return wide.astype(dtype, copy=False)
+
+
 class HierarchicalCommunicator(PureNcclCommunicator):
     """Three-stage allreduce for clusters whose nodes talk over a slower link.
 
@@ -33,6 +49,7 @@ class HierarchicalCommunicator(PureNcclCommunicator):
         self._inter_mpi = self.mpi_comm.Split(self.intra_rank, self.inter_rank)
         self._inter_wire = watchdog.Wire(self._inter_mpi, 'hierarchical '
                                          '(between nodes)')
+        self._inter_buckets = None
 
     def _init_nccl(self, device_id):
         if self._nccl_comm is not None:
@@ -67,19 +84,24 @@ class HierarchicalCommunicator(PureNcclCommunicator):
         """Sum ``wire`` over the nodes' first ranks through host memory."""
         MPI = _mpi.import_mpi()
         self._wire.wait_until(lambda: stream.done, 'the NCCL reduce')
-        host = wire.get()
-        # bfloat16 travels as uint16 bit patterns (pure_nccl.to_bfloat16_bits)
-        bf16 = host.dtype == numpy.uint16
-        if bf16:
-            wide = from_bfloat16_bits(host)
-        else:
-            wide = host.astype(numpy.float32) if host.itemsize < 4 else host
+        wide = widen(wire.get())
         _mpi.allreduce_buffer(self._inter_wire, wide, MPI.SUM)
-        if bf16:
-            host = to_bfloat16_bits(numpy.ascontiguousarray(wide))
-        else:
-            host = wide.astype(host.dtype, copy=False)
-        wire.set(host)
+        wire.set(narrow(wide, wire.dtype))
+
+    def _bucket_transport(self, device):
+        if device < 0:
+            return super()._bucket_transport(device)
+        from minichain.dist._nccl_buckets import HierarchicalBuckets
+        return HierarchicalBuckets(self, device)
+
+    def _bucket_inter_wire(self):
+        """The Wire between nodes for overlapped buckets (its own, so that
+        they never mix with other inter-node sums; created when first
+        needed, collectively)."""
+        if self._inter_buckets is None:
+            self._inter_buckets = watchdog.Wire(
+                self._inter_mpi, 'hierarchical buckets (between nodes)')
+        return self._inter_buckets
 
     def finalize(self):
         """Destroy the NCCL communicator (as ``pure_nccl`` does), then free
@@ -87,6 +109,9 @@ class HierarchicalCommunicator(PureNcclCommunicator):
         call twice."""
         self._destroy_nccl(barrier=True)
         self._inter_wire.free()
+        if self._inter_buckets is not None:
+            self._inter_buckets.free()
+            self._inter_buckets = None
         for comm in (self._intra_mpi, self._inter_mpi):
             if comm is not None:
                 comm.Free()

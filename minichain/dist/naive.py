@@ -16,6 +16,7 @@ class NaiveCommunicator(CommunicatorBase):
     """
 
     name = 'naive'
+    can_overlap = False  # one allreduce per parameter already
 
     def _mean_grads(self, model, entries):
         MPI = _mpi.import_mpi()

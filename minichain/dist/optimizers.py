@@ -1,6 +1,5 @@
 """create_multi_node_optimizer: make any optimizer data-parallel; join:
 finish shards of different lengths."""
-import contextlib
 import copy
 import math
 
@@ -13,7 +12,8 @@ from minichain.dist.agreement import format_ranks
 # The wrapper's own attributes. Setting any other name on the wrapper sets
 # it on the wrapped optimizer, so the wrappers keep their state in __dict__.
 _OWN = ('actual_optimizer', 'communicator', 'zero_fill', 'needs_broadcast',
-        'nan_check', '_active')
+        'nan_check', '_active', 'accumulate', 'reducer', '_micro',
+        '_overlap')
 _MAX_NAMES = 3
 
 
@@ -76,7 +76,7 @@ class _MultiNodeOptimizer:
     """
 
     def __init__(self, actual_optimizer, communicator, zero_fill=True,
-                 nan_check=True):
+                 nan_check=True, overlap=None, accumulate=1):
         d = self.__dict__
         d['actual_optimizer'] = actual_optimizer
         d['communicator'] = communicator
@@ -84,12 +84,26 @@ class _MultiNodeOptimizer:
         d['needs_broadcast'] = True
         d['nan_check'] = nan_check
         d['_active'] = None  # inside join: whether this rank has data
+        d['accumulate'] = accumulate
+        d['_micro'] = 0      # backward passes of this update so far
+        d['_overlap'] = overlap  # the Reducer's keywords, or None
+        d['reducer'] = None  # the overlap's Reducer, once set up
 
     def setup(self, link):
-        """Set up the wrapped optimizer on ``link``; the next update
-        broadcasts rank 0's parameters. Returns self."""
+        """Set up the wrapped optimizer on ``link`` (with overlap, hook its
+        parameters); the next update broadcasts rank 0's parameters.
+        Returns self."""
         self.actual_optimizer.setup(link)
         self.needs_broadcast = True
+        self._micro = 0
+        if self._overlap is not None:
+            from minichain.dist.overlap import Reducer
+            if self.reducer is not None:
+                self.reducer.close()
+            self.reducer = Reducer(self.communicator, link,
+                                   lambda: self.actual_optimizer.t,
+                                   accumulate=self.accumulate,
+                                   **self._overlap)
         return self
 
     def broadcast_params(self):
@@ -104,22 +118,39 @@ class _MultiNodeOptimizer:
         return self
 
     def update(self, lossfun=None, *args, **kwds):
-        """One data-parallel step.
+        """One data-parallel step, or one of its ``accumulate`` backward
+        passes.
 
-        With ``lossfun``, gradients are cleared and ``lossfun(*args,
-        **kwds).backward()`` computes this rank's gradients first. The first
-        call after ``setup`` only broadcasts rank 0's parameters and
-        persistents (no step: the gradients were taken at the old values);
-        every later call averages the gradients over ranks and steps.
+        With ``lossfun``, ``lossfun(*args, **kwds).backward()`` computes
+        this rank's gradients first (the gradients are cleared before the
+        first pass of a step). The first call after ``setup`` only
+        broadcasts rank 0's parameters and persistents (no step: the
+        gradients were taken at the old values). After that, every
+        ``accumulate``-th call averages the gradients over ranks (and over
+        the passes) and steps; the calls between only accumulate.
         """
         target = self.actual_optimizer.target
         if lossfun is not None:
             self._forward_backward(target, lossfun, args, kwds)
         if self.needs_broadcast:
+            if self.reducer is not None and self.reducer.step is not None:
+                self.reducer.finish()  # buckets sent during that backward
             self.communicator.bcast_data(target)
             self.needs_broadcast = False
             return
-        self._average_and_step(target, args, kwds)
+        self._micro += 1
+        if self._micro == self.accumulate:
+            self._micro = 0
+            self._average_and_step(target, args, kwds)
+        self._arm()
+
+    def _arm(self):
+        """Let the hooks send buckets in the next backward if it is the
+        last pass of a step (and not inside join, which averages after
+        backward)."""
+        if self.reducer is not None:
+            self.reducer.armed = (self._active is None and
+                                  self._micro == self.accumulate - 1)
 
     def _average_and_step(self, target, args=(), kwds=None):
         """Average the gradients and step; False once no rank has data
@@ -129,18 +160,25 @@ class _MultiNodeOptimizer:
         local = ([(n, p.grad) for n, p in target.namedparams()]
                  if self.nan_check else None)
         comm = self.communicator
-        if self._active is None:  # the public call, which users may wrap
-            comm.multi_node_mean_grad(target, self.zero_fill)
-            n_active = None
-        else:  # inside join: the ranks also count who still has data
+        n_active = None
+        if self._active is not None:  # join: the ranks count who has data
             n_active = comm._multi_node_mean_grad(
                 target, self.zero_fill, self.actual_optimizer.t, self._active)
+        elif self.reducer is not None:  # overlap: most of it is sent already
+            self.reducer.finish(self.zero_fill)
+        else:  # the public call, which users may wrap
+            comm.multi_node_mean_grad(target, self.zero_fill)
         if n_active == 0:
             return False
-        if n_active is not None and n_active < comm.size:  # mean over data
+        # The mean over the ranks with data, and over the backward passes
+        # (the Reducer divides by both as it packs).
+        factor = (1 if n_active is None else comm.size / n_active) / (
+            1 if self.reducer is not None and n_active is None
+            else self.accumulate)
+        if factor != 1:
             for p in target.params():
                 if p.grad is not None:
-                    p.grad = p.grad * (comm.size / n_active)
+                    p.grad = p.grad * factor
         if self.nan_check:
             self._check_finite(target, local)
         self._step(target, args, kwds or {})
@@ -155,7 +193,8 @@ class _MultiNodeOptimizer:
                                      self.communicator.allgather_obj(mine))
 
     def _forward_backward(self, target, lossfun, args, kwds):
-        target.cleargrads()
+        if self._micro == 0:
+            target.cleargrads()
         on_gpu = target.device_id >= 0
         with timeline.span('forward', sync=on_gpu):
             loss = lossfun(*args, **kwds)
@@ -258,7 +297,8 @@ class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
 
 def create_multi_node_optimizer(actual_optimizer, communicator,
                                 double_buffering=False, zero_fill=True,
-                                nan_check=True):
+                                nan_check=True, overlap=None, bucket_mb=None,
+                                accumulate=1):
     """Wrap ``actual_optimizer`` for synchronous data-parallel training.
 
     The contract, on every rank:
@@ -302,59 +342,48 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
             as zeros there (else that case raises on every rank).
         nan_check: check the averaged gradient for inf/NaN before each
             step (see above; not with ``double_buffering``).
+        overlap: average the gradients in buckets while backward still
+            runs (:mod:`minichain.dist.overlap`; flat, pure_nccl and
+            hierarchical). The result is the same as without; the first
+            averaging after ``setup`` records the order of the buckets and
+            only sends them after backward. None: the communicator's
+            ``overlap`` (``create_communicator(..., overlap=True)``).
+        bucket_mb: the buckets' size in MiB with ``overlap`` (None: the
+            communicator's ``bucket_mb``, else 25 as DDP; the first bucket
+            holds about 1 MiB).
+        accumulate: backward passes per step (DDP's ``no_sync``,
+            Horovod's ``backward_passes_per_step``): each ``update`` runs
+            one (a micro-batch) and only every ``accumulate``-th averages
+            (the mean over ranks and passes: with mean losses over equal
+            micro-batches, one step on the ``accumulate`` times larger
+            batch) and steps; the others only accumulate gradients, without
+            communicating. Batch-norm statistics are those of each
+            micro-batch.
     Returns:
         The wrapper; everything it does not define is the wrapped
         optimizer's (``opt.lr``, ``opt.t``, ``opt.serialize``...).
+    Raises:
+        ValueError: an option this communicator cannot do, ``accumulate``
+            below 1, or ``double_buffering`` with ``overlap`` or
+            ``accumulate``.
     """
-    cls = _DoubleBufferingOptimizer if double_buffering else \
-        _MultiNodeOptimizer
-    return cls(actual_optimizer, communicator, zero_fill, nan_check)
-
-
-@contextlib.contextmanager
-def join(optimizer):
-    """Let ranks whose shards differ in length finish an epoch together.
-
-    Synchronous training needs every rank to call ``update`` equally often;
-    with shards of different lengths (``scatter_dataset(...,
-    force_equal_length=False)``, or data read per rank) the rank that runs
-    out first would leave the others waiting. Inside ``join`` (DDP's
-    ``Join`` is the model), a rank that leaves the block keeps taking part
-    in the others' updates, contributing no gradient, until every rank has
-    left; each update's gradient is then the mean over the ranks that still
-    had data, and every rank applies it, so the models stay equal::
-
-        with dist.join(opt):
-            for x, t in my_batches:       # as many as this rank has
-                opt.update(lossfun, x, t)
-
-    Collective: every rank enters and leaves. Each update inside costs one
-    count of the ranks with data once some rank has run out (none before).
-    Other collectives in the loop body are not shadowed, so a model with
-    ``MultiNodeBatchNormalization`` cannot join (the ranks then raise a
-    CollectiveMismatchError). On an exception inside the block the rank
-    does not shadow (the job ends as for any error).
-
-    Args:
-        optimizer: a multi-node optimizer (``create_multi_node_optimizer``,
-            without double buffering).
-    Yields:
-        the optimizer.
-    """
-    if not isinstance(optimizer, _MultiNodeOptimizer) or isinstance(
-            optimizer, _DoubleBufferingOptimizer):
-        raise TypeError('join: expected a multi-node optimizer without double '
-                        'buffering, got {}'.format(type(optimizer).__name__))
-    if optimizer.needs_broadcast:  # every rank is here: broadcast now
-        optimizer.update()
-    optimizer._active = True
-    try:
-        yield optimizer
-        optimizer._active = False
-        target = optimizer.actual_optimizer.target
-        while True:
-            target.cleargrads()
-            if not optimizer._average_and_step(target):
-                break
-    finally:
-        optimizer._active = None
+    if overlap is None:
+        overlap = getattr(communicator, 'overlap', False)
+    if bucket_mb is None:
+        bucket_mb = getattr(communicator, 'bucket_mb', None)
+    if not isinstance(accumulate, int) or accumulate < 1:
+        raise ValueError('create_multi_node_optimizer: accumulate must be an '
+                         'integer >= 1, got {!r}'.format(accumulate))
+    if double_buffering:
+        if overlap or accumulate > 1:
+            raise ValueError('create_multi_node_optimizer: double_buffering '
+                             'cannot be combined with overlap or accumulate')
+        return _DoubleBufferingOptimizer(actual_optimizer, communicator,
+                                         zero_fill, nan_check)
+    if overlap and not getattr(communicator, 'can_overlap', False):
+        raise ValueError('create_multi_node_optimizer: the {} communicator '
+                         'cannot overlap (use flat, pure_nccl or '
+                         'hierarchical)'.format(communicator.name))
+    return _MultiNodeOptimizer(
+        actual_optimizer, communicator, zero_fill, nan_check,
+        {'bucket_mb': bucket_mb} if overlap else None, accumulate)

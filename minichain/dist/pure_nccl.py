@@ -158,6 +158,12 @@ class PureNcclCommunicator(FlatCommunicator):
                      for _, p in model.namedparams() if p.array is not None)
         return [('(arrays on)', 'tag', 'gpu' if on_gpu else 'cpu')]
 
+    def _bucket_transport(self, device):
+        if device < 0:
+            return super()._bucket_transport(device)
+        from minichain.dist._nccl_buckets import NcclBuckets
+        return NcclBuckets(self, device)
+
     def _init_nccl(self, device_id):
         """Create the NCCL communicator once, on ``device_id``."""
         if self._nccl_comm is not None:

@@ -245,15 +245,23 @@ def plan_grads(wire, named_params, zero_fill, extra=(), step=None,
     nowhere = v[len(entries):] > 0
     partial = ~everywhere & ~nowhere
     if partial.any() and not zero_fill:
-        ranks_missing = wire.allgather_obj(numpy.flatnonzero(missing))
-        lines = []
-        for i in numpy.flatnonzero(partial):
-            ranks = [r for r, m in enumerate(ranks_missing) if i in m]
-            lines.append('  {}: no gradient on {}'.format(
-                entries[i][0], format_ranks(ranks)))
-        raise ValueError(
-            'multi_node_mean_grad: some gradients are None on some ranks only '
-            '(a branch of the model was not used there); pass zero_fill=True '
-            'to average them as zeros:\n' + '\n'.join(lines))
+        raise partial_grads_error(wire, [n for n, _ in entries], missing,
+                                  partial)
     return [(n, p, p.grad) for (n, p), e in zip(entries, everywhere)
             if not e], n_active
+
+
+def partial_grads_error(wire, names, missing, partial):
+    """The ValueError for gradients that are None on some ranks only
+    (collective: gathers which ranks lack them). ``missing``: this rank's
+    flags, ``partial``: the agreed ones, both aligned with ``names``."""
+    ranks_missing = wire.allgather_obj(numpy.flatnonzero(missing))
+    lines = []
+    for i in numpy.flatnonzero(partial):
+        ranks = [r for r, m in enumerate(ranks_missing) if i in m]
+        lines.append('  {}: no gradient on {}'.format(names[i],
+                                                      format_ranks(ranks)))
+    return ValueError(
+        'multi_node_mean_grad: some gradients are None on some ranks only '
+        '(a branch of the model was not used there); pass zero_fill=True '
+        'to average them as zeros:\n' + '\n'.join(lines))

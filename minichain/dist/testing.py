@@ -25,9 +25,12 @@ _MAX_LINES = 20
 # The options of create_multi_node_optimizer that the single-process
 # reference knows how to follow: for each, the number of updates by which
 # the applied gradient lags (double buffering applies the previous step's
-# gradients). An option missing here is refused rather than compared
-# against a reference that ignores it.
-_LAG_OF_OPTION = {'zero_fill': 0, 'double_buffering': 1}
+# gradients; overlap changes when gradients travel, not what is applied;
+# accumulate is followed by accumulating the same micro-batches). An option
+# missing here is refused rather than compared against a reference that
+# ignores it.
+_LAG_OF_OPTION = {'zero_fill': 0, 'nan_check': 0, 'double_buffering': 1,
+                  'overlap': 0, 'bucket_mb': 0, 'accumulate': 0}
 
 
 class NotEnoughRanksError(ValueError):
@@ -129,7 +132,13 @@ def assert_data_parallel_equivalent(make_model, x, t, comm, lossfun=None,
     follows the same one-step-stale schedule on one process: update k
     applies the gradient computed at update k - 1, and the first update
     applies nothing. ``steps`` counts applied steps either way (so double
-    buffering runs ``steps + 1`` updates).
+    buffering runs ``steps + 1`` updates). With ``accumulate=k`` each
+    rank's shard is cut into k micro-batches, one ``update`` each, and the
+    reference accumulates the k global micro-batches (micro-batch j of
+    every rank, together) before its step, so that synchronized batch
+    normalization normalizes the same examples on both sides. With
+    ``overlap=True`` (and ``bucket_mb``) the reference is the plain one:
+    overlap changes when gradients travel, not what is applied.
 
     Args:
         make_model: callable returning a fresh Link (the same architecture
@@ -151,7 +160,8 @@ def assert_data_parallel_equivalent(make_model, x, t, comm, lossfun=None,
         check_persistents: also compare persistents (running statistics).
         multi_node_options: keyword arguments of
             ``create_multi_node_optimizer`` (``double_buffering``,
-            ``zero_fill``); one the reference cannot follow is refused.
+            ``zero_fill``, ``nan_check``, ``overlap``, ``bucket_mb``,
+            ``accumulate``); one the reference cannot follow is refused.
     Raises:
         NotEnoughRanksError: ``comm`` has a single rank (a ValueError).
         ValueError: bad ``local_sizes`` or an unknown option.
@@ -167,6 +177,7 @@ def assert_data_parallel_equivalent(make_model, x, t, comm, lossfun=None,
                          .format(unknown, sorted(_LAG_OF_OPTION)))
     require_ranks(comm, 'assert_data_parallel_equivalent')
     lag = max([_LAG_OF_OPTION[k] for k, v in options.items() if v] + [0])
+    micro = options.get('accumulate', 1)
     lossfun = lossfun or default_lossfun
     make_optimizer = make_optimizer or _default_optimizer
     x, t = comm.bcast(x), comm.bcast(t)
@@ -174,16 +185,14 @@ def assert_data_parallel_equivalent(make_model, x, t, comm, lossfun=None,
     if local_sizes is None:
         local_sizes = [b - a for a, b in shard_bounds(n, size, False)]
     if len(local_sizes) != size or sum(local_sizes) != n or min(
-            local_sizes) < 1:
+            local_sizes) < max(1, micro):
         raise ValueError('assert_data_parallel_equivalent: local_sizes {} '
-                         'must hold {} positive sizes summing to len(x) = {}'
-                         .format(list(local_sizes), size, n))
+                         'must hold {} sizes of at least {} (accumulate) '
+                         'summing to len(x) = {}'.format(
+                             list(local_sizes), size, max(1, micro), n))
     if rtol is None:
         rtol = 1e-10 if x.dtype == numpy.float64 else 1e-4
-    start = sum(local_sizes[:rank])
-    xs, ts = x[start:start + local_sizes[rank]], t[start:start + local_sizes[
-        rank]]
-    weight = size * local_sizes[rank] / n
+    mine, whole = _micro_batches(local_sizes, micro, rank)
 
     ref, dp = make_model(), make_model()
     alone = _one_process_reference(ref, comm)
@@ -198,9 +207,14 @@ def assert_data_parallel_equivalent(make_model, x, t, comm, lossfun=None,
         ref.copyparams(dp)
         ref_opt = _LaggedOptimizer(make_optimizer().setup(ref), lag)
         failures = []
+
+        def ref_loss():  # the global micro-batches, each by its share
+            return sum(lossfun(ref, x[i], t[i]) * (len(i) / n) for i in whole)
         for call in range(1, steps + lag + 1):
-            stepped = ref_opt.update(lambda: lossfun(ref, x, t))
-            dp_opt.update(lambda: lossfun(dp, xs, ts) * weight)
+            stepped = ref_opt.update(ref_loss)
+            for i in mine:  # weighted so that the mean over all is right
+                dp_opt.update(lambda: lossfun(dp, x[i], t[i]) * (
+                    size * micro * len(i) / n))
             if stepped:
                 _compare_gradients(ref, dp, call - lag, rank, rtol, atol,
                                    failures)
@@ -221,6 +235,18 @@ def assert_data_parallel_equivalent(make_model, x, t, comm, lossfun=None,
             'ranks differs from one process ({} mismatches):\n  {}{}'.format(
                 size, len(every), '\n  '.join(shown),
                 '\n  ... and {} more'.format(more) if more else ''))
+
+
+def _micro_batches(local_sizes, k, rank):
+    """Indexes into the whole batch: ``rank``'s k micro-batches (its shard
+    cut as evenly as possible), and the k global ones (micro-batch j of
+    every rank, in rank order)."""
+    starts = numpy.cumsum([0] + list(local_sizes))
+    parts = [[numpy.arange(starts[r] + a, starts[r] + b) for a, b in
+              shard_bounds(local_sizes[r], k, False)]
+             for r in range(len(local_sizes))]
+    return parts[rank], [numpy.concatenate([p[j] for p in parts])
+                         for j in range(k)]
 
 
 class _LaggedOptimizer:

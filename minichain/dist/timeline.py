@@ -12,7 +12,11 @@ environment), or around some steps with the context manager::
 While recording, every rank notes the start and end of ``forward``,
 ``backward`` and ``update`` (timed by the multi-node optimizer), ``pack``,
 ``allreduce``, ``unpack`` and ``bcast`` (timed by the communicators), with
-the bytes moved: the instrumented code wraps each step in a :func:`span`::
+the bytes moved; an overlapped averaging (:mod:`minichain.dist.overlap`)
+adds the instant each gradient is final (``grad``) and each bucket is
+complete (``ready``), each bucket's ``bucket`` (from its launch to the
+moment its completion was seen) and the ``wait`` for the last ones after
+backward. The instrumented code wraps each step in a :func:`span`::
 
     with timeline.span('allreduce', buf.nbytes):
         wire.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
@@ -43,9 +47,9 @@ __all__ = ['ENV', 'Recorder', 'record', 'span', 'start', 'summarize',
 ENV = 'MINICHAIN_TIMELINE'
 CATEGORIES = ('compute', 'copy', 'comm')  # tid = index
 _CATEGORY = {'forward': 'compute', 'backward': 'compute', 'update': 'compute',
-             'pack': 'copy', 'unpack': 'copy'}
-_ORDER = ('forward', 'backward', 'pack', 'allreduce', 'unpack', 'update',
-          'bcast')
+             'grad': 'compute', 'pack': 'copy', 'unpack': 'copy'}
+_ORDER = ('forward', 'backward', 'grad', 'ready', 'pack', 'allreduce',
+          'bucket', 'wait', 'unpack', 'update', 'bcast')
 _MAX_ROWS = 8
 
 active = None  # the Recorder in use, or None
@@ -143,8 +147,16 @@ class _Span:
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:  # a step that raised is not an event
-            self.recorder.stop(self.name, self.started, self.nbytes,
-                               self.sync)
+            self.stop()
+
+    def start(self):
+        """Start timing outside a ``with`` block (a step that ends in
+        another call); returns self."""
+        return self.__enter__()
+
+    def stop(self):
+        """End the event begun by :meth:`start`."""
+        self.recorder.stop(self.name, self.started, self.nbytes, self.sync)
 
 
 class _NoSpan:
@@ -157,6 +169,12 @@ class _NoSpan:
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        return None
+
+    def start(self):
+        return self
+
+    def stop(self):
         return None
 
 
@@ -180,6 +198,15 @@ def span(name, nbytes=None, sync=False):
     if recorder is None:
         return NO_SPAN
     return _Span(recorder, name, nbytes, sync)
+
+
+def mark(name, nbytes=None):
+    """Record an instant (an event of no duration), e.g. the moment a
+    gradient became final; does nothing while nothing records."""
+    recorder = active
+    if recorder is not None:
+        now = recorder.start()
+        recorder.events.append((name, now, now, nbytes))
 
 
 def no_span(name, nbytes=None, sync=False):

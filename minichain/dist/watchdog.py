@@ -121,7 +121,8 @@ class Wire:
     """MPI calls that cannot hang unnoticed, over a duplicate of ``mpi_comm``.
 
     The upper-case methods mirror mpi4py's blocking ones (``Allreduce``,
-    ``Bcast``, ``Allgather``, ``Allgatherv``, ``Send``, ``Recv``);
+    ``Bcast``, ``Allgather``, ``Allgatherv``, ``Send``, ``Recv``), and
+    ``Iallreduce`` posts one to finish later (``test``, ``wait``);
     ``allgather_obj`` gathers small picklable objects. ``collective(kind)``
     brackets one collective (a ``with`` block; nested ones count too): it
     numbers it, for the header and for the reports.
@@ -168,6 +169,12 @@ class Wire:
         return self
 
     def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        """Close the innermost collective (what leaving its ``with`` block
+        does), for one that spans several calls, such as an overlapped
+        gradient averaging opened during backward and closed by update."""
         self.last = self.stack.pop()
         _clock['progress'] = time.monotonic()
 
@@ -216,6 +223,24 @@ class Wire:
             return self.comm.Recv(buf, source=source, tag=tag)
         self._wait(self.comm.Irecv(buf, source=source, tag=tag),
                    ('receive from', source))
+
+    def Iallreduce(self, sendbuf, recvbuf, op):
+        """Post a non-blocking Allreduce; returns its request, for
+        :meth:`test` and :meth:`wait` (several may be in flight)."""
+        return self.comm.Iallreduce(sendbuf, recvbuf, op=op)
+
+    def test(self, requests):
+        """Whether every request has completed; each call lets MPI progress
+        them (MPICH moves a non-blocking collective on only inside MPI
+        calls)."""
+        return _mpi.import_mpi().Request.Testall(requests)
+
+    def wait(self, request):
+        """Wait for a request of :meth:`Iallreduce`, watched as the blocking
+        calls are (signals, notes, verdicts, the stall timeout)."""
+        if not self.polling:
+            return request.Wait()
+        self._wait(request)
 
     def allgather_obj(self, obj):
         """Every rank's picklable ``obj``, in rank order (two messages)."""

@@ -88,7 +88,8 @@ def test_scaling_runs_two_ranks_in_turns():
     out = subprocess.run(
         [sys.executable, str(ROOT / 'bench' / 'scaling.py'), '--arch',
          'resnet18', '--size', '16', '--stem', 'small', '--batch', '2',
-         '--steps', '2', '--warmup', '1', '--no-torch'],
+         '--steps', '2', '--warmup', '1', '--no-torch', '--overlap',
+         '--bucket-mb', '0.5'],
         capture_output=True, text=True, timeout=600,
         env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert out.returncode == 0, out.stdout + out.stderr
@@ -100,6 +101,13 @@ def test_scaling_runs_two_ranks_in_turns():
     assert len(eff) == 1 and re.fullmatch(
         r'efficiency at 2 ranks, round by round: [0-9.]+%, [0-9.]+% '
         r'\(median [0-9.]+%, [0-9.]+%-[0-9.]+%\)', eff[0]), eff
+    # the overlapped job, in the same rounds
+    assert any(ln.startswith('efficiency at 2+nodes, round by round: ')
+               for ln in lines), out.stdout
+    exposed = [ln for ln in lines if ln.startswith('exposed communication')]
+    assert len(exposed) == 2 and 'not overlapped' in exposed[0], exposed
+    assert re.search(r'2\+nodes: [0-9.]+ ms .* posting [0-9]+ buckets',
+                     exposed[1]), exposed
 
 
 def test_resnet50_step_one_framework():

@@ -121,3 +121,52 @@ def test_main_prints_every_table(capsys):
     sm.main(['--custom', '--gpus-per-node', '4', '--batch', '64'])
     out = capsys.readouterr().out
     assert 'custom; 64 images/GPU' in out and ' 1024 ' in out
+
+
+def test_buckets_follow_ddp_caps_and_are_ready_with_their_last_gradient():
+    ready = [(0.1, 600), (0.2, 600), (0.5, 900), (0.4, 200), (1.0, 50)]
+    assert sm.buckets(ready, bucket_bytes=1000, first_bytes=500) == [
+        (0.1, 600), (0.5, 1500), (1.0, 250)]
+
+
+def test_overlapped_exposure_from_a_ready_profile():
+    # backward 0.6 s; buckets ready at 0.1, 0.5 and 1.0 of it (0.06, 0.3,
+    # 0.6 s); each allreduce costs 1 ms per byte-unit below
+    ready = ((0.1, 600), (0.2, 600), (0.5, 900), (0.4, 200), (1.0, 50))
+    w = sm.Workload(step_s=0.9, grad_bytes=2350, ready=ready)
+    first_caps = dict(bucket_bytes=1000, first_bytes=500)
+    plan = sm.buckets(ready, **first_caps)
+    assert sum(b for _, b in plan) == 2350
+
+    def cost(nbytes):
+        return nbytes * 1e-4
+    # with DDP's caps all 2350 B form one bucket, ready at the end
+    assert sm.exposed_overlapped(w, cost) == pytest.approx(0.235)
+    # fast links: only the last (DDP-sized) bucket's cost is exposed
+    w = sm.Workload(step_s=0.9, grad_bytes=2350 * 2 ** 20,
+                    ready=tuple((f, b * 2 ** 20) for f, b in ready))
+    fast = sm.exposed_overlapped(w, lambda n: n / 1e12)
+    assert 0 < fast < 2350 * 2 ** 20 / 1e12
+    # slow links: the pipeline runs behind and more is exposed, but never
+    # more than without overlap
+    slow = sm.exposed_overlapped(w, lambda n: n / 1e9)
+    plain = 2350 * 2 ** 20 / 1e9
+    assert fast < slow < plain
+    # float16 halves what is sent
+    assert sm.exposed_overlapped(w, lambda n: n / 1e9, 2) < slow
+
+
+def test_the_committed_profile_is_resnet50s_and_drives_the_overlap_columns():
+    ready = sm.load_ready()
+    assert sum(b for _, b in ready) == sm.GRAD_BYTES
+    fracs = [f for f, _ in ready]
+    assert 0 <= min(fracs) and max(fracs) <= 1
+    # the classifier's gradients come first, the stem's last
+    assert fracs[0] < 0.2 and fracs[-1] > 0.8
+    work = sm.Workload(32 / sm.H100_IMG_S, ready=ready)
+    node = sm.modern(200)
+    plain = sm.efficiency(128, node, work, 'hier')
+    ovl = sm.efficiency(128, node, work, 'hier', overlap=True)
+    assert plain < ovl < 1.0
+    assert ovl != sm.efficiency(128, node, work.__class__(
+        32 / sm.H100_IMG_S), 'hier', overlap=True)

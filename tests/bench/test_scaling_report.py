@@ -53,3 +53,19 @@ def test_report_prints_the_ceiling_against_the_efficiency(capsys):
     assert ('ceiling: 95.2% for the same 2 ranks without the gradient '
             'averaging (2.100 s/step): what 2 busy cores allow here; the '
             'averaging costs 4.3 points') in out
+
+
+def test_overlap_report_compares_exposed_communication(capsys):
+    rows = [{'n': 1, 'img_s': 4.0, 'mean': 0.0, 'wait': 0.0},
+            {'n': 2, 'img_s': 7.6, 'mean': 0.08, 'wait': 0.02}]
+    ovl = [{'name': '2+poll', 'n': 2, 'img_s': 7.8, 'mean': 0.03,
+            'wait': 0.02, 'buckets': 5}]
+    scaling.report_overlap(rows, ovl)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith('exposed communication per step at 2 ranks, '
+                             'not overlapped: 100.0 ms (80.0 ms averaging')
+    assert out[1] == ('exposed communication per step, 2+poll: 50.0 ms '
+                      '(30.0 ms in the hooks during backward, packing and '
+                      'posting 5 buckets, + 20.0 ms after backward, waiting '
+                      'for the last ones and unpacking); 0.50x the not '
+                      'overlapped; efficiency 97.5%')

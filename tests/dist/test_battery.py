@@ -7,7 +7,7 @@ rank it failed on.
 """
 import pytest
 
-from tests.dist.workers.battery import CHECKS, run_checks
+from tests.dist.workers.battery import CHECKS, OVERLAP_CHECKS, run_checks
 
 
 @pytest.mark.mpi(ranks=[1, 2, 3, 4], timeout=150)
@@ -21,7 +21,8 @@ def test_every_check_passes_on_every_rank(mpi_ranks):
 
 
 def test_every_check_exists():
-    from tests.dist.workers import checks_generic, checks_model
+    from tests.dist.workers import checks_generic, checks_model, checks_overlap
     for name in CHECKS:
-        module = checks_model if ':' in name else checks_generic
+        module = (checks_model if ':' in name else checks_overlap
+                  if name in OVERLAP_CHECKS else checks_generic)
         assert callable(getattr(module, name.split(':')[-1]))

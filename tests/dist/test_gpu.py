@@ -41,6 +41,16 @@ def test_pure_nccl_single_rank_gpu_checks():
 
 @pytest.mark.gpu
 @needs_gpu
+def test_overlap_on_the_gpu_equals_averaging_after_backward():
+    require_mpi()
+    res = run_mpi(1, 'gpu.py', 'overlap', timeout=300)
+    print(res.output)
+    assert not res.timed_out and res.returncode == 0, res.output
+    assert 'OVERLAP-OK 0' in res.output
+
+
+@pytest.mark.gpu
+@needs_gpu
 def test_two_ranks_on_one_gpu_is_a_clear_error_on_every_rank():
     require_mpi()
     res = run_mpi(2, 'gpu.py', 'shared', timeout=300,

@@ -72,7 +72,15 @@ def test_no_lag_is_the_plain_optimizer():
 
 
 def test_an_option_the_reference_cannot_follow_is_refused():
-    with pytest.raises(ValueError, match=r"multi_node_options \['overlap'\] "
-                       r"\(known: \['double_buffering', 'zero_fill'\]\)"):
+    with pytest.raises(ValueError, match=r"multi_node_options \['overlapp'\] "
+                       r"\(known: \['accumulate', 'bucket_mb', "
+                       r"'double_buffering', 'nan_check', 'overlap', "
+                       r"'zero_fill'\]\)"):
         testing.assert_data_parallel_equivalent(
-            None, None, None, None, multi_node_options={'overlap': True})
+            None, None, None, None, multi_node_options={'overlapp': True})
+
+
+def test_micro_batches_cut_each_shard_and_join_them_by_position():
+    mine, whole = testing._micro_batches([3, 5], 2, 1)
+    assert [list(i) for i in mine] == [[3, 4, 5], [6, 7]]
+    assert [list(i) for i in whole] == [[0, 1, 3, 4, 5], [2, 6, 7]]

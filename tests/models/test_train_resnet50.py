@@ -203,6 +203,23 @@ def test_synthetic_run_writes_log_plots_and_snapshots(uninterrupted):
 
 @pytest.mark.mpi
 @pytest.mark.slow
+def test_overlap_off_trains_the_same_as_the_default_overlapped_run(
+        tmp_path, uninterrupted):
+    a, out, _ = uninterrupted
+    assert 'flat communicator, overlapped, cpu' in out
+    rc, stdout, err = run(2, SYNTHETIC + ['--out', tmp_path, '--overlap',
+                                          'off'])
+    assert rc == 0, stdout + err
+    assert 'flat communicator, cpu' in stdout
+    want = json.loads((a / 'log').read_text())
+    got = json.loads((tmp_path / 'log').read_text())
+    for key in ('main/loss', 'validation/main/loss'):
+        assert [e[key] for e in got] == pytest.approx(
+            [e[key] for e in want], rel=1e-4), key
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
 @pytest.mark.parametrize('signame', ['SIGTERM', 'SIGUSR1'])
 def test_signal_to_launcher_then_resume_equals_uninterrupted(
         tmp_path, uninterrupted, signame):
@@ -293,6 +310,10 @@ BAD = {
                          'cannot read snapshot'),
     'lr inf': (['--lr', 'inf'], '--lr must be > 0, got inf'),
     'seed -1': (['--seed', '-1'], '--seed must be in [0, 4294967296)'),
+    'bucket-mb 0': (['--bucket-mb', '0'], '--bucket-mb must be > 0, got 0'),
+    'overlap naive': (['--data', 'synthetic', '--overlap', 'on',
+                       '--communicator', 'naive'],
+                      'the naive communicator cannot overlap'),
 }
 
 

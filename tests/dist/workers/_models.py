@@ -91,3 +91,19 @@ def seeded(cls, seed, *args):
             p.array[...] = rng.standard_normal(p.shape) * (
                 1.0 / numpy.sqrt(p.array[0].size))
     return model
+
+
+class SharedUnused(minichain.Chain):
+    """A layer applied twice (a shared weight), then a classifier; and a
+    parameter that no forward uses."""
+
+    def __init__(self, n_in=5, n_out=3):
+        super().__init__()
+        with self.init_scope():
+            self.shared = L.Linear(n_in, n_in)
+            self.out = L.Linear(n_in, n_out)
+            self.unused = minichain.Parameter(numpy.zeros(4))
+
+    def forward(self, x):
+        h = F.tanh(self.shared(x))
+        return self.out(F.tanh(self.shared(h)))

@@ -26,8 +26,19 @@ GENERIC_CHECKS = ('ranks_and_factory', 'array_collectives',
                   'local_errors_everywhere', 'collective_kinds_compared',
                   'join_uneven_shards', 'nan_check',
                   'mnbn_global_batch_of_one')
+OVERLAP_CHECKS = ('overlap_equivalence_mlp',
+                  'overlap_equivalence_mnbn_unequal',
+                  'overlap_shared_and_unused', 'overlap_equals_plain',
+                  'overlap_launches_during_backward',
+                  'accumulate_equals_large_batch',
+                  'accumulate_equivalence_mnbn', 'overlap_transfer_float32',
+                  'overlap_bucket_mismatch',
+                  'overlap_model_change_in_backward',
+                  'overlap_partial_gradients',
+                  'overlap_second_backward_raises', 'overlap_join_uneven',
+                  'overlap_options_refused', 'overlap_timeline_events')
 CHECKS = tuple('{}:{}'.format(c, n) for c in COMMUNICATORS
-               for n in MODEL_CHECKS) + GENERIC_CHECKS
+               for n in MODEL_CHECKS) + GENERIC_CHECKS + OVERLAP_CHECKS
 
 
 def run_checks():
@@ -37,6 +48,7 @@ def run_checks():
     from minichain import dist
     import checks_model
     import checks_generic
+    import checks_overlap
     comms = {name: dist.create_communicator(name) for name in COMMUNICATORS}
     world = comms['flat']
     failed = {}
@@ -44,6 +56,8 @@ def run_checks():
         if ':' in name:
             cname, check = name.split(':')
             fn, comm = getattr(checks_model, check), comms[cname]
+        elif name in OVERLAP_CHECKS:
+            fn, comm = getattr(checks_overlap, name), world
         else:
             fn, comm = getattr(checks_generic, name), world
         try:

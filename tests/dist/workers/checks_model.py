@@ -219,7 +219,7 @@ def equivalence_options(comm):
     x, t = _data(n=4)
     _expect_error(ValueError, lambda: assert_data_parallel_equivalent(
         lambda: M.seeded(M.ConvNet, 0), x, t, comm,
-        multi_node_options={'overlap': True}), "['overlap']",
+        multi_node_options={'overlapp': True}), "['overlapp']",
                   "'double_buffering'")
     if comm.size > 1:  # double buffering is for NCCL communicators only
         _expect_error(ValueError, lambda: assert_data_parallel_equivalent(

@@ -4,11 +4,15 @@ MODE ``single`` (K = 1): NCCL unique-ID broadcast and communicator, CuPy
 gradients equal NumPy gradients, float16/bfloat16 transfer (and planted NaN
 of CUDA's patterns caught after it), hierarchical, double buffering,
 MultiNodeBatchNormalization on the GPU, finalize waiting for the GPU.
+MODE ``overlap`` (K = 1): overlapped averaging on the GPU (NCCL on a side
+stream for pure_nccl and hierarchical, staged through the host for flat)
+equals averaging after backward, in float32 and with float16/bfloat16
+transfer within their tolerance; accumulate=2 equals the double batch.
 MODE ``shared`` (K = 2 on one GPU): the clear one-GPU-per-rank error.
 MODE ``exit`` (K = 1): a communicator never finalized is torn down at exit.
 MODE ``auto`` (any K, no GPU needed): 'auto' says once, on rank 0, why it
 did not pick NCCL.
-Prints ``GPU-OK <rank>`` (``SHARED-OK <rank>``, ``EXIT-OK``, ``AUTO-OK
+Prints ``GPU-OK <rank>`` (``OVERLAP-OK <rank>``, ``SHARED-OK <rank>``, ``EXIT-OK``, ``AUTO-OK
 <rank>``) on success.
 """
 import atexit
@@ -193,6 +197,47 @@ def exit_():
     assert r.dtype == numpy.float32 and comm._nccl_comm is not None
 
 
+def _overlap_run(name, dtype, x, t, **options):
+    comm = dist.create_communicator(name, allreduce_grad_dtype=dtype)
+    model = M.MLP()
+    model.to_gpu(comm.intra_rank)
+    opt = dist.create_multi_node_optimizer(optimizers.MomentumSGD(lr=0.1),
+                                           comm, **options).setup(model)
+    opt.update()
+    k = options.get('accumulate', 1)
+    n = len(x) // k
+    for _ in range(3):
+        for j in range(k):
+            opt.update(lambda: F.softmax_cross_entropy(
+                model(x[j * n:(j + 1) * n]), t[j * n:(j + 1) * n]))
+    if options.get('overlap'):
+        assert opt.reducer.launched_in_backward == len(
+            opt.reducer.plan.buckets) > 2, name
+    out = [backend.to_cpu(p.array) for p in model.params()]
+    comm.finalize()
+    return out
+
+
+def overlap():
+    comm = dist.create_communicator('pure_nccl')
+    _gpu(comm)
+    rng = numpy.random.default_rng(1)
+    x = cupy.asarray(rng.standard_normal((8, 5)).astype(numpy.float32))
+    t = cupy.asarray(rng.integers(0, 3, 8).astype(numpy.int32))
+    tiny = {'overlap': True, 'bucket_mb': 1e-4}
+    for name in ('pure_nccl', 'hierarchical', 'flat'):
+        want = _overlap_run(name, None, x, t)
+        wires = ((None, 1e-6),) + ((('float16', 2e-3), ('bfloat16', 1e-2))
+                                   if name != 'flat' else ())
+        for dtype, tol in wires:
+            for options in (tiny, dict(tiny, accumulate=2)):
+                got = _overlap_run(name, dtype, x, t, **options)
+                for g, w in zip(got, want):
+                    assert numpy.allclose(g, w, rtol=tol, atol=tol), (
+                        name, dtype, options, float(abs(g - w).max()))
+    print('OVERLAP-OK {}'.format(comm.rank), flush=True)
+
+
 def auto():
     for _ in range(3):
         comm = dist.create_communicator('auto')
@@ -204,5 +249,5 @@ def auto():
 
 
 if __name__ == '__main__':
-    {'single': single, 'shared': shared, 'exit': exit_,
+    {'single': single, 'overlap': overlap, 'shared': shared, 'exit': exit_,
      'auto': auto}[sys.argv[1]]()

@@ -1,0 +1,68 @@
+"""The buckets of an overlapped averaging (:mod:`minichain.dist.overlap`)
+over MPI: the flat communicator's transport (and any communicator's on the
+host).
+
+A bucket is packed (scaled) into a host buffer and posted as a non-blocking
+``Iallreduce`` on the communicator's bucket Wire. MPICH moves such a
+collective on only while some MPI call runs on this rank, so the Reducer
+tests the buckets in flight from every hook (the moment a gradient is
+final, which on ResNet-50 is every few milliseconds of backward); after
+backward it waits for them. CuPy gradients are packed on the device and
+staged through host memory, as the flat communicator does.
+"""
+import numpy
+
+from minichain import backend
+from minichain.dist import _mpi, _packing, timeline
+
+
+class MpiBuckets:
+    """Buckets over MPI: pack into a host buffer, post a non-blocking
+    Allreduce on the communicator's bucket Wire, test it from the hooks,
+    wait for it after backward. CuPy gradients are packed on the device and
+    staged through host memory (as the flat communicator does)."""
+
+    def __init__(self, wire, device, grad_dtype=None):
+        self.wire, self.device, self.grad_dtype = wire, device, grad_dtype
+
+    def dtypes(self, entries):
+        """``(buffer dtype, bytes per element on the wire)``."""
+        dtype = _packing.grad_dtype([(n, p, None) for n, p in entries],
+                                    self.grad_dtype)
+        return dtype, dtype.itemsize
+
+    def empty(self, n, dtype):
+        if self.device < 0:
+            return numpy.empty(n, dtype)
+        with backend.cuda_device(self.device):
+            return backend.get_cupy().empty(n, dtype)
+
+    def start(self, bucket, scale):
+        MPI = _mpi.import_mpi()
+        host = bucket.buf
+        with timeline.span('pack', bucket.nbytes, sync=self.device >= 0):
+            if self.device < 0:
+                bucket.packer.pack(host, scale)
+            else:
+                if bucket.host is None:
+                    bucket.host = numpy.empty(bucket.size, bucket.buf.dtype)
+                host = bucket.host
+                with backend.cuda_device(self.device):
+                    bucket.packer.pack(bucket.buf, scale)
+                    bucket.buf.get(out=host)
+        flat = host.reshape(-1)
+        bucket.work = (host, [self.wire.Iallreduce(
+            MPI.IN_PLACE, flat[a:b], op=MPI.SUM) for a, b in _mpi.chunks(
+                flat.size, flat.itemsize)])
+
+    def test(self, bucket):
+        return self.wire.test(bucket.work[1])
+
+    def complete(self, bucket):
+        host, requests = bucket.work
+        for request in requests:
+            self.wire.wait(request)
+        if self.device >= 0:
+            with backend.cuda_device(self.device):
+                bucket.buf.set(host)
+        bucket.work = None
