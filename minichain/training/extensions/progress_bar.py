@@ -130,9 +130,12 @@ class ProgressBar(extension.Extension):
         else:
             current = round(updater.epoch_detail, 2)
         current = min(current, length)  # the last batch may run past it
+        # the rate is taken at the iteration, not at the redraw: the final
+        # redraw comes after the evaluation, which is no training time
+        self._seen_at = time.perf_counter()
         if self._start is None:
             self._start = (time.time(), iteration, current)
-            self._rate_from = (time.perf_counter(), iteration)
+            self._rate_from = (self._seen_at, iteration)
             if self._tqdm is not None:
                 # initial= makes tqdm's rate count only progress made from
                 # here on, not the first interval divided by ~0 seconds.
@@ -162,7 +165,7 @@ class ProgressBar(extension.Extension):
         parts = ['{} {:.3f}'.format(key.rsplit('/', 1)[-1],
                                     float(backend.to_cpu(value)))
                  for key, value in self._average.items()]
-        now, iteration = time.perf_counter(), self._last[1]
+        now, iteration = self._seen_at, self._last[1]
         then, before = self._rate_from
         if self._images and iteration > before:
             self._rate_from = (now, iteration)

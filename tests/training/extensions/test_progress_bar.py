@@ -199,3 +199,19 @@ def test_bars_show_on_a_terminal_of_unknown_size(tmp_path, monkeypatch):
         terminal.close()
         os.close(master)
     assert '/4 [' in text and 'validation:' in text and '/2 [' in text
+
+
+def test_the_final_rate_leaves_out_the_time_after_the_last_iteration(
+        monkeypatch):
+    out = io.StringIO()
+    bar = extensions.ProgressBar((3, 'iteration'), update_interval=2,
+                                 out=out, use_tqdm=False,
+                                 images_per_iteration=10)
+    clock = iter([0.0, 1.0, 2.0, 100.0])  # iterations 1-3, then finalize
+    monkeypatch.setattr(progress_bar.time, 'perf_counter',
+                        lambda: next(clock, 100.0))
+    for i in (1, 2, 3):
+        bar(_at(i, 1.0, 1.0))
+    bar.finalize()  # after an evaluation of 98 s
+    last = out.getvalue().splitlines()[-1]
+    assert last.startswith('iteration 3/3') and last.endswith('10.0 img/s')
