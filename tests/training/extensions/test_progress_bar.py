@@ -207,11 +207,12 @@ def test_the_final_rate_leaves_out_the_time_after_the_last_iteration(
     bar = extensions.ProgressBar((3, 'iteration'), update_interval=2,
                                  out=out, use_tqdm=False,
                                  images_per_iteration=10)
-    clock = iter([0.0, 1.0, 2.0, 100.0])  # iterations 1-3, then finalize
-    monkeypatch.setattr(progress_bar.time, 'perf_counter',
-                        lambda: next(clock, 100.0))
-    for i in (1, 2, 3):
+    now = [0.0]
+    monkeypatch.setattr(progress_bar.time, 'perf_counter', lambda: now[0])
+    for i in (1, 2, 3):  # one second an iteration
+        now[0] = float(i)
         bar(_at(i, 1.0, 1.0))
-    bar.finalize()  # after an evaluation of 98 s
+    now[0] = 100.0  # an evaluation of 97 s
+    bar.finalize()
     last = out.getvalue().splitlines()[-1]
     assert last.startswith('iteration 3/3') and last.endswith('10.0 img/s')
