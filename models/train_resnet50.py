@@ -417,7 +417,8 @@ def print_end(trainer, args, global_batch, n_val, result, budget=None):
     lines = [] if budget is None else [budget]
     lines.append('done: {} iterations, {} images ({:.2f} epochs) in {}'
                  .format(up.iteration, up.iteration * global_batch,
-                         up.epoch_detail, _duration(trainer.elapsed_time)))
+                         up.epoch_detail,
+                         train_budget.minutes(trainer.elapsed_time)))
     if result:
         lines.append('test accuracy {:.4f} (loss {:.4f}) over all {} '
                      'validation images'.format(
@@ -429,12 +430,6 @@ def print_end(trainer, args, global_batch, n_val, result, budget=None):
             p for p in plots if os.path.exists(p)) or '(no matplotlib)',
         os.path.join(args.out, train_checks.SNAPSHOT.format(trainer))))
     print('\n'.join(lines), flush=True)
-
-
-def _duration(seconds):
-    minutes, seconds = divmod(round(seconds), 60)
-    return '{} min {} s'.format(minutes, seconds) if minutes else \
-        '{} s'.format(seconds)
 
 
 if __name__ == '__main__':

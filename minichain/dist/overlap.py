@@ -261,8 +261,8 @@ class Reducer:
         index = {id(p): i for i, (_, p) in enumerate(entries)}
         fired = list(dict.fromkeys(index[id(p)] for p in self._order
                                    if id(p) in index))
-        rest = [i for i in reversed(range(len(entries))) if i not in
-                set(fired)]
+        seen = set(fired)
+        rest = [i for i in reversed(range(len(entries))) if i not in seen]
         order = numpy.array(fired + rest, numpy.int64)
         wire.Bcast(order, root=0)  # rank 0's order, on every rank
         ordered = [entries[i] for i in order]

@@ -30,6 +30,17 @@ CASES = {
     'uneven': ('60', ('rank 0 has waited', 'in multi_node_mean_grad #3',
                       'rank 1: left', 'after collective #4 '
                       '(multi_node_mean_grad #2)', LEFT, 'dist.join')),
+    # the same with overlapped buckets (their own communicator): one rank
+    # leaving is named at once; a rank that skips an update waits in the
+    # buckets while the other waits on the main communicator, and each
+    # watchdog sees only its own communicator's notes: the stall timeout
+    'uneven-overlap': ('60', ('rank 0 has waited', 'in multi_node_mean_grad '
+                              '#3', 'flat buckets communicator',
+                              'rank 1: left', LEFT, 'dist.join')),
+    'caught-overlap': ('4', ('rank 0 has waited', 'in multi_node_mean_grad '
+                             '#2', 'flat buckets communicator',
+                             'rank 1 has waited', 'in allreduce_obj #1',
+                             'the stall timeout')),
     'kinds': ('60', ('CollectiveMismatchError', 'rank 0: allreduce #2',
                      'rank 1: bcast #1')),
     'caught': ('60', ('CollectiveMismatchError', 'rank 0: multi_node_mean_grad'

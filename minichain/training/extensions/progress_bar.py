@@ -108,6 +108,7 @@ class ProgressBar(extension.Extension):
         self._last = None   # (current, iteration) of the last call
         self._shown = None
         self._rate_from = None  # (time, iteration) of the last redraw
+        self._seen_at = None  # perf_counter() at the last iteration seen
 
     def _resolve_length(self, trainer):
         if self._length is None:

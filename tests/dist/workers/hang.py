@@ -38,14 +38,15 @@ rank = comm.rank
 x = numpy.ones(3)
 
 
-def model_and_optimizer(bn=False):
+def model_and_optimizer(bn=False, overlap=False):
     layers = [L.Linear(3, 4)] + ([L.BatchNormalization(4)] if bn else []) \
         + [L.Linear(4, 2)]
     model = minichain.Sequential(*layers)
     model(numpy.zeros((2, 3), numpy.float32))
     if bn:
         model = dist.create_mnbn_model(model, comm)
-    opt = dist.create_multi_node_optimizer(optimizers.SGD(lr=0.1), comm)
+    opt = dist.create_multi_node_optimizer(optimizers.SGD(lr=0.1), comm,
+                                           overlap=overlap, bucket_mb=1e-4)
     return model, opt.setup(model)
 
 
@@ -84,16 +85,16 @@ elif case == 'kinds':
         comm.allreduce(x)
     else:
         comm.bcast(x)
-elif case == 'caught':
-    model, opt = model_and_optimizer()
+elif case in ('caught', 'caught-overlap'):
+    model, opt = model_and_optimizer(overlap=case.endswith('overlap'))
     for i in range(3):
         try:
             step(model, opt, fail=(rank == 1 and i == 1))
         except ValueError:
             continue  # the user's code moves on
     comm.allreduce_obj(rank)  # e.g. a report after the loop
-elif case == 'uneven':
-    model, opt = model_and_optimizer()
+elif case in ('uneven', 'uneven-overlap'):
+    model, opt = model_and_optimizer(overlap=case.endswith('overlap'))
     for _ in range(5 if rank == 0 else 3):  # 4 updates and 2 updates
         step(model, opt)
 elif case == 'mnbn':
