@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from minichain.dist import launcher
-from tests.dist._launch import require_mpi
+from tests.dist._launch import launcher_crashed, require_mpi
 
 
 def test_environment_variable_wins_and_is_split_like_a_shell(monkeypatch):
@@ -110,3 +110,22 @@ def test_module_starts_real_ranks():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.split('\n').count('size 2') == 2, out.stdout
+
+
+# the tail of the CI log of 2026-12-01 (make test-openmpi, case 'exit')
+MPIRUN_CRASH = '''[rank 0] minichain.dist watchdog: ending the job with exit status 70
+[vm:15745] *** Process received signal ***
+[vm:15745] Signal: Segmentation fault (11)
+[vm:15745] [ 1] /lib/x86_64-linux-gnu/libpmix.so.2(PMIx_server_finalize+0xb08)
+[vm:15745] [ 5] /lib/x86_64-linux-gnu/libopen-rte.so.40(orte_finalize+0x5d)
+[vm:15745] [ 6] /usr/bin/mpirun.openmpi(+0x13ea)[0x5607d1c003ea]
+'''
+
+
+def test_only_the_launchers_own_teardown_crash_is_rerun():
+    assert launcher_crashed(-11, MPIRUN_CRASH)
+    # a rank's segfault reaches us as mpirun's exit status, not a signal
+    assert not launcher_crashed(139, MPIRUN_CRASH)
+    assert not launcher_crashed(70, MPIRUN_CRASH)
+    # the launcher killed (a hang's SIGKILL), with no backtrace of its own
+    assert not launcher_crashed(-9, '[rank 0] waiting\n')
