@@ -24,10 +24,42 @@ def defer(mine, peers, rank, notice):
     return 0.0
 
 
-def verdict(mine, peers, rank, notice):
+def newest_elsewhere(peers, siblings):
+    """The ranks whose newest note (by the sender's clock, ``at``) came
+    from another communicator over the same ranks (``siblings``: Wires)
+    and says they wait there: rank -> that note, with ``wire`` (the
+    sibling's label) and ``begun`` (whether this rank has begun that
+    collective there). A rank that waits on another communicator, in a
+    collective this rank has not begun, waits for this rank as surely as
+    one that waits here."""
+    newest = {r: (note, None) for r, note in peers.items()}
+    for wire in siblings:
+        for r, note in wire.peers.items():
+            if r not in newest or note['at'] > newest[r][0]['at']:
+                newest[r] = (note, wire)
+    return {r: dict(note, wire=wire.label, begun=wire.seq >= note['seq'])
+            for r, (note, wire) in newest.items()
+            if wire is not None and note['state'] == 'waiting'}
+
+
+def verdict(mine, peers, rank, notice, elsewhere=None):
     """``(conclusion, grace seconds)`` when the wait ``mine`` of ``rank``
-    cannot complete, given the ``peers``' notes; None while it may."""
+    cannot complete, given the ``peers``' notes (and ``elsewhere``: their
+    newer notes from the other communicators over the same ranks, from
+    :func:`newest_elsewhere`); None while it may."""
+    for r, note in sorted((elsewhere or {}).items()):
+        # r waits on another communicator for a collective that this rank
+        # has not begun and cannot begin while it waits here
+        if (mine['collective'] and note['state'] == 'waiting'
+                and note['collective'] and not note['begun']):
+            return ('ranks {} and {} wait for each other: rank {} waits in '
+                    '{} (collective #{} of the {} communicator), which rank '
+                    '{} has not begun, while it waits here'.format(
+                        *sorted((r, rank)), r, note['what'], note['seq'],
+                        note['wire'], rank), 2 * notice)
     for r, note in sorted(peers.items()):
+        if r in (elsewhere or {}):
+            continue  # its newer note is about another communicator
         needed = mine['collective'] or mine['peer'] == r
         if note['state'] == 'left' and needed:
             if mine['collective'] and note['seq'] < mine['seq']:
@@ -59,7 +91,8 @@ def report(wire, waited, conclusion):
              '{} ranks)'.format(wire.rank, waited, 'in ' if mine[
                  'collective'] else 'to ', mine['what'], where,
                  wire.label, wire.size)]
-    lines += [_peer_line(r, wire.peers.get(r), wire.joined)
+    lines += [_peer_line(r, wire.elsewhere.get(r, wire.peers.get(r)),
+                         wire.joined)
               for r in range(wire.size) if r != wire.rank]
     lines.append('so: ' + (conclusion or 'no progress for {:g} s, the stall '
                            'timeout'.format(wire.timeout)))
@@ -78,10 +111,12 @@ def _peer_line(r, note, joined):
             'after collective #{} ({})'.format(note['seq'], note['what'])
             if note['seq'] else 'before any collective'))
     waited = note['waited'] + time.monotonic() - note['received']
+    where = ' of the {} communicator'.format(note['wire']) if 'wire' in \
+        note else ''
     return 'rank {}: waiting for {:.1f} s {}{}{}'.format(
         r, waited, 'in ' if note['collective'] else 'to ', note['what'],
-        ' (collective #{})'.format(note['seq']) if note['collective']
-        else '')
+        ' (collective #{}{})'.format(note['seq'], where) if note['collective']
+        else where)
 
 
 def _hints(what, peers):

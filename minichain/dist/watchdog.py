@@ -19,7 +19,9 @@ the non-blocking form of each call and waits for it in a loop of
 * **Verdicts** (:mod:`minichain.dist._stall_notes`). From the notes a
   waiting rank concludes within seconds that its collective cannot
   complete: a rank left before joining it, or a rank waits for something
-  that needs this rank while this rank waits here. Failing that, it gives
+  that needs this rank while this rank waits here (a waiting rank reads
+  the notes of every communicator over the same ranks, such as the
+  overlapped buckets' beside the main one). Failing that, it gives
   up after ``MINICHAIN_STALL_TIMEOUT`` seconds. Either way it prints one
   line per fact (its collective and call count, what each other rank was
   last seen doing) and ends the whole job (``MPI_Abort``).
@@ -148,10 +150,15 @@ class Wire:
         self.side = None
         self.notice = min(1.0, self.timeout / 4)
         self.peers = {}            # rank -> the last note it sent
+        self.elsewhere = {}        # rank -> its newer note on a sibling
+        self.members = None        # the world ranks, to find the siblings
         self.outbox = []           # [(request, bytes)] of notes in flight
         self.waiting = None        # what this rank waits for, while it does
         if self.polling and self.size > 1:
             self.side = self.comm.Dup()
+            world = _mpi.import_mpi().COMM_WORLD.Get_group()
+            self.members = tuple(self.comm.Get_group().Translate_ranks(
+                list(range(self.size)), world))
             _install_exit_note()
         _wires.add(self)
         if _clock['progress'] is None:
@@ -307,12 +314,14 @@ class Wire:
                 if now >= next_read and self.side is not None:
                     next_read = now + READ_EVERY
                     self._read_notes()
+                    self._look_at_siblings()
                     if not posted and waited >= self.notice:
                         self._post(dict(self.waiting, state='waiting',
                                         waited=waited))
                         posted = True
                     found = _stall_notes.verdict(self.waiting, self.peers,
-                                                 self.rank, self.notice)
+                                                 self.rank, self.notice,
+                                                 self.elsewhere)
                     if found is None or verdict is None or (
                             found[0] != verdict[0]):
                         verdict = found and (found[0], now + found[1])
@@ -345,7 +354,10 @@ class Wire:
 
     # -- notes ----------------------------------------------------------------
     def _post(self, note):
-        data = pickle.dumps(note, pickle.HIGHEST_PROTOCOL)
+        # 'at': the sender's clock, which orders one rank's notes across
+        # communicators (where it waits now is its newest note)
+        data = pickle.dumps(dict(note, at=time.monotonic()),
+                            pickle.HIGHEST_PROTOCOL)
         self.outbox = [(q, d) for q, d in self.outbox if not q.Test()]
         for r in range(self.size):
             if r != self.rank:
@@ -361,6 +373,17 @@ class Wire:
             note = pickle.loads(bytes(buf))
             note['received'] = time.monotonic()
             self.peers[status.Get_source()] = note
+
+    def _look_at_siblings(self):
+        """Read the notes that reach this rank's other Wires over the same
+        ranks (the overlapped buckets' communicator beside the main one),
+        for ``elsewhere`` (``_stall_notes.newest_elsewhere``)."""
+        siblings = [w for w in list(_wires) if w is not self and
+                    w.side is not None and w.members == self.members]
+        for wire in siblings:
+            wire._read_notes()
+        self.elsewhere = _stall_notes.newest_elsewhere(self.peers,
+                                                       siblings)
 
     def _leave(self, reason):
         """Tell the other ranks that this one left (from the exit hook)."""

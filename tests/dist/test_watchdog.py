@@ -32,15 +32,16 @@ CASES = {
                       '(multi_node_mean_grad #2)', LEFT, 'dist.join')),
     # the same with overlapped buckets (their own communicator): one rank
     # leaving is named at once; a rank that skips an update waits in the
-    # buckets while the other waits on the main communicator, and each
-    # watchdog sees only its own communicator's notes: the stall timeout
+    # buckets while the other waits on the main communicator, in a
+    # collective the first has not begun: each reads the other's note on
+    # the sibling communicator and names the cross wait within seconds
     'uneven-overlap': ('60', ('rank 0 has waited', 'in multi_node_mean_grad '
                               '#3', 'flat buckets communicator',
                               'rank 1: left', LEFT, 'dist.join')),
-    'caught-overlap': ('4', ('rank 0 has waited', 'in multi_node_mean_grad '
-                             '#2', 'flat buckets communicator',
-                             'rank 1 has waited', 'in allreduce_obj #1',
-                             'the stall timeout')),
+    'caught-overlap': ('60', ('in multi_node_mean_grad #2', 'in '
+                              'allreduce_obj #1', 'ranks 0 and 1 wait for '
+                              'each other', 'flat buckets communicator',
+                              'which rank ')),
     'kinds': ('60', ('CollectiveMismatchError', 'rank 0: allreduce #2',
                      'rank 1: bcast #1')),
     'caught': ('60', ('CollectiveMismatchError', 'rank 0: multi_node_mean_grad'
