@@ -2,8 +2,11 @@
 ``--time-budget`` minutes on this machine, fixed once, early.
 
 The first iterations are ordinary training steps. Every rank times
-iterations ``SKIP + 1`` to ``SKIP + MEASURE`` (the first ``SKIP`` carry
-one-time costs: memory allocated and touched for the first time), the
+iterations ``SKIP + 1`` to the warm-up's end, ``MEASURE`` at most (the
+first ``SKIP`` carry one-time costs: memory allocated and touched for the
+first time; the iterations soon after them can still run slower than
+later ones, and one step's time varies by a tenth or more on a shared
+machine, so the window is as long as the warm-up allows), the
 ranks agree on the slowest rank's speed, and :func:`plan` turns the time
 left into a number of iterations, after setting aside what else the
 budget must hold: the script's start-up before training (the process's
@@ -33,7 +36,7 @@ import warnings
 from minichain.training import extension
 
 SKIP = 2       # iterations with one-time costs, not measured
-MEASURE = 20   # iterations measured
+MEASURE = 60   # iterations measured at most (fewer when the warm-up ends)
 # Bytes per second assumed for writing a snapshot (rank 0; a cautious
 # figure for a disk: through the page cache it is several times faster).
 SAVE_RATE = 100e6

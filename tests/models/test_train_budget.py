@@ -54,7 +54,8 @@ def test_plan_never_goes_back():
 
 
 def test_window_lies_inside_the_warm_up():
-    assert train_budget.window(94) == (2, 22)
+    assert train_budget.window(94) == (2, 62)  # MEASURE iterations at most
+    assert train_budget.window(47) == (2, 47)  # make train: all the warm-up
     assert train_budget.window(10) == (2, 10)
     assert train_budget.window(4) == (2, 4)
     assert train_budget.window(3) is None
@@ -252,7 +253,7 @@ def test_a_warm_up_too_short_to_measure_is_refused():
         '--time-budget times iterations of the warm-up, but --warmup 0.001 is '
         '1 iteration: give --warmup 0.005 or more (4 iterations), or a length '
         '(--epoch, --iteration)')
-    assert train_resnet50.budget_window(args, 94, 937.5) == (2, 22)
+    assert train_resnet50.budget_window(args, 94, 937.5) == (2, 62)
 
 
 # -- ranks --------------------------------------------------------------------
