@@ -9,7 +9,8 @@ from minichain.configuration import (config, using_config,  # noqa: F401
 from minichain.variable import Variable, Parameter, as_variable  # noqa: F401
 from minichain.function_node import FunctionNode  # noqa: F401
 from minichain import functions  # noqa: F401
-from minichain.link import Link, Chain, ChainList, Sequential  # noqa: F401
+from minichain.link import Link, Chain, ChainList  # noqa: F401
+from minichain.sequential import Sequential  # noqa: F401
 from minichain import initializers, links  # noqa: F401
 from minichain.optimizer import Optimizer  # noqa: F401
 from minichain import optimizers, optimizer_hooks  # noqa: F401

@@ -1,4 +1,5 @@
-"""Link, Chain, ChainList and Sequential: parameters in layers.
+"""Link, Chain and ChainList: parameters in layers (Sequential, a
+ChainList of layers called in turn, is ``sequential.py``).
 
 A Link owns Parameters and persistent values (non-trainable state such as
 batch-norm running statistics); a Chain or ChainList also owns child links.
@@ -8,7 +9,7 @@ Every enumeration that other processes must agree on (``namedparams``,
 ``namedlinks``, ``namedpersistents``) is sorted by full path, never taken from
 a set or dict of names: data-parallel training packs gradients in this order.
 
-The four classes stay in one file, as Chainer keeps Link, Chain and ChainList
+The three classes stay in one file, as Chainer keeps Link, Chain and ChainList
 (a ChainList file would import Link and be imported back); how arrays are
 copied and moved across host and devices is ``_link_arrays.py``.
 """
@@ -401,54 +402,3 @@ class ChainList(Link):
 
     def _named_children(self):
         return [(str(i), c) for i, c in enumerate(self._children)]
-
-
-class Sequential(ChainList):
-    """Layers called one after another: ``Sequential(l1, F.relu, l2)(x)``.
-
-    Args:
-        layers: links (registered as children '0', '1', ... in order of
-            appearance among the links) or plain callables such as
-            ``F.relu`` (called, not registered).
-    """
-
-    def __init__(self, *layers):
-        super().__init__()
-        self._layers = []
-        for layer in layers:
-            self.append(layer)
-
-    def append(self, layer):
-        """Add ``layer`` (a link or a callable) at the end."""
-        if isinstance(layer, Link):
-            super().append(layer)
-        elif not callable(layer):
-            raise TypeError('Sequential: a layer must be a Link or a '
-                            'callable, got {}'.format(type(layer).__name__))
-        self._layers.append(layer)
-
-    def __getitem__(self, index):
-        return self._layers[index]
-
-    def __len__(self):
-        return len(self._layers)
-
-    def __iter__(self):
-        return iter(self._layers)
-
-    def forward(self, *args):
-        """Feed ``args`` to the first layer and each output to the next."""
-        if not self._layers:
-            raise ValueError('Sequential.forward: no layers')
-        out = self._layers[0](*args)
-        for layer in self._layers[1:]:
-            out = layer(out)
-        return out
-
-    def __repr__(self):
-        lines = ['Sequential(']
-        for i, layer in enumerate(self._layers):
-            body = repr(layer) if isinstance(layer, Link) else getattr(
-                layer, '__name__', repr(layer))
-            lines.append('  ({}): {},'.format(i, body.replace('\n', '\n  ')))
-        return '\n'.join(lines) + '\n)'
