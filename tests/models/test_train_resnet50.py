@@ -9,7 +9,6 @@ import struct
 import subprocess
 import sys
 import time
-import types
 import warnings
 
 import numpy
@@ -341,21 +340,3 @@ def test_run_as_a_file_says_how_to_run_it():
     assert proc.returncode == 1
     assert proc.stderr == ('run it from the repository root as: python -m '
                            'models.train_resnet50 [options]\n')
-
-
-def test_summary_names_images_accuracy_and_the_budget(capsys):
-    from models import train_resnet50
-    trainer = types.SimpleNamespace(
-        updater=types.SimpleNamespace(iteration=500, epoch_detail=1.0),
-        elapsed_time=885.4)
-    args = argparse.Namespace(out='result')
-    result = {'validation/main/accuracy': 0.8637,
-              'validation/main/loss': 0.3812}
-    train_resnet50.print_end(trainer, args, 64, 10000, result)
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[:2] == [
-        'done: 500 iterations, 32000 images (1.00 epochs) in 14 min 45 s',
-        'test accuracy 0.8637 (loss 0.3812) over all 10000 validation images']
-    train_resnet50.print_end(trainer, args, 64, 10000, result,
-                             budget='time budget: 13 min')
-    assert capsys.readouterr().out.splitlines()[0] == 'time budget: 13 min'
