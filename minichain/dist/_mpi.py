@@ -81,6 +81,16 @@ def allreduce_buffer(comm, buf, op):
         comm.Allreduce(MPI.IN_PLACE, flat[start:stop], op=op)
 
 
+def iallreduce_buffer(wire, buf):
+    """Post the in-place sum of the host array ``buf`` on ``wire`` (a
+    :class:`~minichain.dist.watchdog.Wire`) as non-blocking Allreduces,
+    chunked below 2 GiB; returns their requests."""
+    MPI = import_mpi()
+    flat = buf.reshape(-1)
+    return [wire.Iallreduce(MPI.IN_PLACE, flat[start:stop], op=MPI.SUM)
+            for start, stop in chunks(flat.size, flat.itemsize)]
+
+
 def send_bytes(comm, data, dest, tag=0):
     """Send ``bytes`` of any length to ``dest`` (length first, then chunks).
 

@@ -79,10 +79,8 @@ class NcclBuckets:
                     work.done = work.reduced
 
     def _reduce(self, nccl, work):
-        w = work.wire
-        self.comm._nccl_comm.allReduce(
-            w.data.ptr, w.data.ptr, w.size, nccl_dtype(nccl, self.wire_dtype),
-            nccl.NCCL_SUM, self.stream.ptr)
+        self.comm._sum_wire(nccl, work.wire, nccl_dtype(nccl, self.wire_dtype),
+                            self.stream)
 
     def _later_stages(self):
         return False
@@ -97,21 +95,29 @@ class NcclBuckets:
         return done is not None and done.done
 
     def complete(self, bucket):
-        """Order the compute stream after the bucket (no host wait, except
-        for the inf/NaN check of a 16-bit transfer, as without overlap)."""
+        """Order the compute stream after the bucket (no host wait)."""
         cupy = backend.get_cupy()
         with cupy.cuda.Device(self.device):
             self._finish_stages(bucket)
             cupy.cuda.get_current_stream().wait_event(bucket.work.done)
             bucket.work = None
-            if self.wire_dtype == BFLOAT16 or numpy.dtype(
-                    self.wire_dtype).itemsize < 4:
-                if not bool(cupy.isfinite(bucket.buf).all()):
-                    raise FloatingPointError(
-                        '{}: the averaged gradients hold inf or NaN after the '
-                        '{} allreduce (an overflow of the transfer dtype, or '
-                        'non-finite gradients on some rank)'.format(
-                            self.comm.name, self.wire_dtype))
+
+    def check(self, buckets):
+        """After every bucket completed: the inf/NaN check of a 16-bit
+        transfer, as without overlap, in one host wait for the step (the
+        averages are the same on every rank, so every rank raises)."""
+        if self.wire_dtype != BFLOAT16 and numpy.dtype(
+                self.wire_dtype).itemsize >= 4:
+            return
+        cupy = backend.get_cupy()
+        with cupy.cuda.Device(self.device):
+            finite = cupy.stack([cupy.isfinite(b.buf).all() for b in buckets])
+            if not bool(finite.all()):
+                raise FloatingPointError(
+                    '{}: the averaged gradients hold inf or NaN after the {} '
+                    'allreduce (an overflow of the transfer dtype, or '
+                    'non-finite gradients on some rank)'.format(
+                        self.comm.name, self.wire_dtype))
 
     def _finish_stages(self, bucket):
         return None
@@ -163,7 +169,6 @@ class HierarchicalBuckets(NcclBuckets):
         else waiting, until ``until`` is through."""
         from minichain.dist import _mpi
         from minichain.dist.hierarchical import narrow, widen
-        MPI = _mpi.import_mpi()
         block = until is not None
         while self.queue:
             bucket = self.queue[0]
@@ -175,10 +180,7 @@ class HierarchicalBuckets(NcclBuckets):
                                       'the NCCL reduce')
                 self.copy.wait_event(work.reduced)
                 work.host = widen(work.wire.get(stream=self.copy))
-                flat = work.host.reshape(-1)
-                work.requests = [self.inter.Iallreduce(
-                    MPI.IN_PLACE, flat[a:b], op=MPI.SUM)
-                    for a, b in _mpi.chunks(flat.size, flat.itemsize)]
+                work.requests = _mpi.iallreduce_buffer(self.inter, work.host)
             if not self.inter.test(list(work.requests)):
                 if not block:
                     return

@@ -123,14 +123,20 @@ class Plan:
 
     def __init__(self, layout, entries, buckets):
         self.layout, self.entries, self.buckets = layout, entries, buckets
+        self._description = None
         self.bucket_of = {}
         for k, b in enumerate(buckets):
             for _, p in b.entries:
                 self.bucket_of[id(p)] = k
 
     def describe(self):
-        return [('(bucket {})'.format(k), 'tag', b.describe())
-                for k, b in enumerate(self.buckets)]
+        """The buckets as layout entries (made once: the plan is fixed,
+        and the header of every step carries them)."""
+        if self._description is None:
+            self._description = [('(bucket {})'.format(k), 'tag',
+                                  b.describe())
+                                 for k, b in enumerate(self.buckets)]
+        return self._description
 
 
 class Reducer:
@@ -349,6 +355,7 @@ class Reducer:
                     self.transport.complete(bucket)
                     if bucket in step.in_flight:
                         bucket.span.stop()
+                self.transport.check(self.plan.buckets)
                 wire.wait(step.presence)
             error = self._set_grads(step, zero_fill, wire)
         finally:
