@@ -54,6 +54,10 @@ class Trainer:
         self._start_at = None
         self._end_at = None
         self._previous_elapsed = 0.0  # time spent before the last resume
+        # perf_counter() when the last update returned, before this
+        # iteration's extensions (an evaluation is no training time: the
+        # ProgressBar's images/s)
+        self.last_update_at = None
         self._done = False
         updater.connect_trainer(self)
         for ext in extensions or ():
@@ -166,6 +170,7 @@ class Trainer:
                 self.observation = {}
                 with self.reporter.scope(self.observation):
                     self.updater.update()
+                    self.last_update_at = time.perf_counter()
                     for _, entry in entries:
                         if entry.trigger(self):
                             entry.extension(self)

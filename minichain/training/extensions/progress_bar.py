@@ -131,9 +131,11 @@ class ProgressBar(extension.Extension):
         else:
             current = round(updater.epoch_detail, 2)
         current = min(current, length)  # the last batch may run past it
-        # the rate is taken at the iteration, not at the redraw: the final
-        # redraw comes after the evaluation, which is no training time
-        self._seen_at = time.perf_counter()
+        # the rate is taken when the update ended, not now: the extensions
+        # before this one, such as the evaluation at the last iteration,
+        # are no training time (a trainer other than ours: now)
+        at = getattr(trainer, 'last_update_at', None)
+        self._seen_at = time.perf_counter() if at is None else at
         if self._start is None:
             self._start = (time.time(), iteration, current)
             self._rate_from = (self._seen_at, iteration)

@@ -6,7 +6,7 @@ import types
 import numpy
 import pytest
 
-from minichain.training import extensions
+from minichain.training import extension, extensions
 from minichain.training.extensions import progress_bar
 from tests.training._util import make_trainer
 
@@ -216,3 +216,31 @@ def test_the_final_rate_leaves_out_the_time_after_the_last_iteration(
     bar.finalize()
     last = out.getvalue().splitlines()[-1]
     assert last.startswith('iteration 3/3') and last.endswith('10.0 img/s')
+
+
+def test_the_rate_leaves_out_the_evaluation_that_runs_before_the_bar(
+        tmp_path, monkeypatch):
+    """In a trainer the Evaluator (a writer) runs before the ProgressBar (a
+    reader) at the same iteration: the final rate must not count it."""
+    now = [0.0]
+    monkeypatch.setattr(progress_bar.time, 'perf_counter', lambda: now[0])
+    out = io.StringIO()
+    trainer = make_trainer(tmp_path, stop=(4, 'iteration'))
+    update = trainer.updater.update
+
+    def one_second_update():
+        update()
+        now[0] += 1.0
+    trainer.updater.update = one_second_update
+
+    @extension.make_extension(trigger=(4, 'iteration'),
+                              priority=extension.PRIORITY_WRITER)
+    def evaluation(trainer):
+        now[0] += 97.0
+    trainer.extend(evaluation)
+    trainer.extend(extensions.ProgressBar(update_interval=2, out=out,
+                                          use_tqdm=False,
+                                          images_per_iteration=10))
+    trainer.run()
+    last = out.getvalue().splitlines()[-1]
+    assert last.startswith('iteration 4/4') and last.endswith('10.0 img/s')
