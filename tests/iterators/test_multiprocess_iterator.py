@@ -314,12 +314,16 @@ def test_no_process_left_after_finalize_with_or_gc():
 
 
 SCRIPT = '''
-import multiprocessing.forkserver, os, sys, time
+import multiprocessing.forkserver, os, signal, sys, time
 sys.path.insert(0, {root!r})
 from minichain.iterators import MultiprocessIterator
 from tests.iterators.test_multiprocess_iterator import Slow
 
 if __name__ == '__main__':
+    # Ctrl-C as at a terminal: a test run started in the background of a
+    # shell (`cmd &`, nohup) inherits SIGINT ignored, and Python then sets
+    # no KeyboardInterrupt handler of its own
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     it = MultiprocessIterator(Slow(100, 60, first={first}), 2, shuffle=False,
                               n_processes=2)
     next(it)
