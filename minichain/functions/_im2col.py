@@ -389,18 +389,33 @@ def deconv_forward(x, W, g, groups):
         col = xp.matmul(w2t, xc).reshape(c, g.kh, g.kw, n, g.oh, g.ow)
         from minichain.functions import _cuda_kernels
         return _cuda_kernels.col2im(col, g, batch_major=False)
-    y = _conv_matrices.output(xp, (n, c, g.h, g.w), x.dtype, zeros=True)
+    chunks = _chunks(xp, n, c * g.kh * g.kw * p * x.dtype.itemsize, p)
+    # Images-last sums (_batch_last.add_columns) where the windows
+    # overlap (a 1x1 window adds each column once: in place is faster) and
+    # the output is larger than 2x2 (there the padded phases are 4x the
+    # pixels and the usual adds as fast). That route writes every pixel of
+    # its images; the other adds into zeros.
+    last = (g.kh * g.kw > 1 and min(g.h, g.w) > 2
+            and all(_batch_last_fits(xp, g, n0, n1, None)
+                    for n0, n1 in chunks))
+    y = _conv_matrices.output(xp, (n, c, g.h, g.w), x.dtype, zeros=not last)
     yc = y.swapaxes(0, 1)  # (C, N, h, w), C-contiguous
-    per_image = c * g.kh * g.kw * p * x.dtype.itemsize
 
-    def run(chunks):
-        for n0, n1 in chunks:
+    def run(pieces):
+        for n0, n1 in pieces:
             b = n1 - n0
-            xc = _conv_matrices.operand(x, n0, n1, groups, None, 'x')
+            if last:
+                xc = _batch_last.gather(x, n0, n1, 'x').reshape(
+                    groups, o // groups, -1)
+            else:
+                xc = _conv_matrices.operand(x, n0, n1, groups, None, 'x')
             col = _workspace('col', (groups, cg * g.kh * g.kw, b * p),
                              x.dtype)
             _parallel.matmul(w2t, xc, out=col)
+            if last:
+                _batch_last.add_columns(col, y, g, n0, n1)
+                continue
             col = col.reshape(c, g.kh, g.kw, b, g.oh, g.ow)
             _col2im_add(yc[:, n0:n1], col.transpose(0, 3, 1, 2, 4, 5), g)
-    _parallel.over_chunks(run, _chunks(xp, n, per_image, p))
+    _parallel.over_chunks(run, chunks)
     return y

@@ -310,6 +310,33 @@ def test_deconv_backward(case, threads):
                    atol=1e-7, rtol=1e-6)
 
 
+@pytest.mark.parametrize('case', [CASES[1], CASES[2], CASES[6]],
+                         ids=[IDS[1], IDS[2], IDS[6]])
+def test_deconv_of_small_maps_sums_batch_last(case, monkeypatch):
+    """A batch's strided input gradient at small maps sums its columns
+    images last (every image); a 1x1 window and too few images do not;
+    all agree with the reference."""
+    calls = []
+    real = _batch_last.add_columns
+    monkeypatch.setattr(_batch_last, 'add_columns',
+                        lambda *a: calls.append(a[3:5]) or real(*a))
+    k, s, p, d, g, cover_all = case
+    for n in (2 * _im2col._BATCH_LAST_MIN_IMAGES,
+              _im2col._BATCH_LAST_MIN_IMAGES - 1):
+        x, W, _ = _inputs(case, n=n, h=6, w=4)
+        b = numpy.arange(x.shape[1]) * 0.5
+        z = numpy.random.default_rng(6).standard_normal(
+            _conv(case)(x, W).shape)
+        y = F.deconvolution_2d(z, W, b, s, p, outsize=(6, 4), dilate=d,
+                               groups=g)
+        numpy.testing.assert_allclose(
+            y.array, naive_deconv(z, W, b, k, s, p, d, g, (6, 4)),
+            rtol=1e-12, atol=1e-12)
+        expect = n if n >= _im2col._BATCH_LAST_MIN_IMAGES and k[0] > 1 else 0
+        assert sum(n1 - n0 for n0, n1 in calls) == expect
+        calls.clear()
+
+
 def test_deconv_default_outsize():
     x = numpy.zeros((1, 2, 3, 4))
     W = numpy.zeros((2, 5, 3, 2))
