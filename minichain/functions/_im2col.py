@@ -31,7 +31,8 @@ import numpy
 from numpy.lib.stride_tricks import as_strided
 
 from minichain import backend, host
-from minichain.functions import _batch_last, _conv_matrices, _parallel
+from minichain.functions import (_batch_last, _conv_matrices, _parallel,
+                                 _strided_pointwise)
 
 Geometry = collections.namedtuple(
     'Geometry', 'kh kw sy sx ph pw dy dx h w oh ow')
@@ -249,6 +250,9 @@ def _bands(xp, chunks, g, col_bytes_per_row):
 def conv_forward(x, W, g, groups):
     """y = conv(x, W) without bias; x (N, C, h, w), W (O, C/G, kh, kw)."""
     xp = backend.get_array_module(x)
+    if xp is numpy and _strided_pointwise.fits(g):
+        return conv_forward(_strided_pointwise.take(x, g), W,
+                            _strided_pointwise.geometry(g), groups)
     n, c = x.shape[:2]
     o = W.shape[0]
     p = g.oh * g.ow
@@ -294,6 +298,9 @@ def _batch_last_fits(xp, g, n0, n1, rows):
 def conv_grad_w(x, gy, g, groups, w_shape):
     """dL/dW of y = conv(x, W) from x and gy = dL/dy; returns w_shape."""
     xp = backend.get_array_module(x)
+    if xp is numpy and _strided_pointwise.fits(g):
+        return conv_grad_w(_strided_pointwise.take(x, g), gy,
+                           _strided_pointwise.geometry(g), groups, w_shape)
     n, c = x.shape[:2]
     o = gy.shape[1]
     p = g.oh * g.ow
@@ -361,6 +368,9 @@ def deconv_forward(x, W, g, groups):
       (col2im).
     """
     xp = backend.get_array_module(x)
+    if xp is numpy and _strided_pointwise.fits(g):
+        return _strided_pointwise.spread(deconv_forward(
+            x, W, _strided_pointwise.geometry(g), groups), g)
     n, o = x.shape[:2]
     cg = W.shape[1]
     c = cg * groups
