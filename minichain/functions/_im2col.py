@@ -1,11 +1,8 @@
 """Array-level convolution kernels: im2col, col2im and the chunked GEMMs.
 
 Everything here works on raw NumPy/CuPy arrays; the FunctionNodes in
-``convolution.py`` call it (``pooling.py`` shares the geometry helpers).
-
-Geometry. A convolution maps an input of spatial size (h, w) to (oh, ow):
-output pixel (i, j) with kernel offset (ky, kx) reads input pixel
-(i*sy + ky*dy - ph, j*sx + kx*dx - pw); pixels outside the input read 0.
+``convolution.py`` call it. The geometry (``Geometry``, the output sizes,
+the window slices) lives in ``_geometry.py``, which ``pooling.py`` shares.
 
 Column layouts. ``im2col`` (the public one) returns (N, C, kh, kw, oh, ow).
 The GEMM path builds *chunks* of B images in the layout (C, kh, kw, B, oh, ow),
@@ -25,17 +22,14 @@ weight: ~4 ms, as long as its GEMM), so the products take transposed
 operands as views (BLAS reads them in place) and only small chunks are
 ever reordered.
 """
-import collections
-
 import numpy
 from numpy.lib.stride_tricks import as_strided
 
 from minichain import backend, host
 from minichain.functions import (_batch_last, _conv_matrices, _parallel,
                                  _strided_pointwise)
-
-Geometry = collections.namedtuple(
-    'Geometry', 'kh kw sy sx ph pw dy dx h w oh ow')
+from minichain.functions._geometry import (  # noqa: F401  (shared names)
+    Geometry, conv_outsize, deconv_outsize, is_pointwise, window_slices)
 
 # Columns of one chunk: at least this many for an efficient GEMM (OpenBLAS
 # nears its peak from a few hundred columns; bigger chunks cost
@@ -57,60 +51,7 @@ _BATCH_LAST_MAX_WIDTH = 7
 _BATCH_LAST_MIN_IMAGES = 8
 
 
-def conv_outsize(size, k, s, p, cover_all=False, d=1):
-    """Output length of a convolution along one axis (Chainer's formula)."""
-    dk = k + (k - 1) * (d - 1)
-    if cover_all:
-        return (size + p * 2 - dk + s - 1) // s + 1
-    return (size + p * 2 - dk) // s + 1
-
-
-def deconv_outsize(size, k, s, p, cover_all=False, d=1):
-    """Output length of a deconvolution: the inverse of :func:`conv_outsize`."""
-    dk = (k - 1) * d + 1
-    if cover_all:
-        return s * (size - 1) + dk - s + 1 - 2 * p
-    return s * (size - 1) + dk - 2 * p
-
-
-def is_pointwise(g):
-    """A 1x1, stride-1, unpadded convolution: the columns are the input."""
-    return (g.kh == g.kw == g.sy == g.sx == 1 and g.ph == g.pw == 0
-            and (g.oh, g.ow) == (g.h, g.w))
-
-
 _workspace = _parallel.workspace
-
-
-# -- window helpers ----------------------------------------------------------
-def _axis_range(ko, s, p, size, osize):
-    """Output positions i (range i0..i1) whose input i*s + ko - p is inside."""
-    i0 = max(0, -((ko - p) // s))
-    i1 = min(osize, (size - 1 + p - ko) // s + 1)
-    return i0, max(i0, i1), i0 * s + ko - p
-
-
-def window_slices(g):
-    """Yield (ky, kx, out_index, in_index) for every kernel offset.
-
-    ``out[..., out_index]`` and ``x[..., in_index]`` are the output positions
-    and the input pixels that offset (ky, kx) pairs, clipped to the input, so
-    padding never needs to be materialised. Offsets reaching only padding
-    are skipped.
-    """
-    for ky in range(g.kh):
-        i0, i1, r0 = _axis_range(ky * g.dy, g.sy, g.ph, g.h, g.oh)
-        if i1 == i0:
-            continue
-        for kx in range(g.kw):
-            j0, j1, c0 = _axis_range(kx * g.dx, g.sx, g.pw, g.w, g.ow)
-            if j1 == j0:
-                continue
-            out_index = (Ellipsis, slice(i0, i1), slice(j0, j1))
-            in_index = (Ellipsis,
-                        slice(r0, r0 + (i1 - i0 - 1) * g.sy + 1, g.sy),
-                        slice(c0, c0 + (j1 - j0 - 1) * g.sx + 1, g.sx))
-            yield ky, kx, out_index, in_index
 
 
 def _padded_windows(x, g, ws_name=None):
