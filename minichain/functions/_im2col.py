@@ -300,13 +300,15 @@ def deconv_forward(x, W, g, groups):
 
     W is the convolution's weight (O, C/G, kh, kw). Three routes:
 
-    * 1x1 stride 1: one GEMM ``W^T @ x`` per chunk (BLAS reads W^T in place).
+    * 1x1 stride 1: one GEMM ``W^T @ x`` per chunk (BLAS reads W^T in place);
+      a strided 1x1 is one too, spread into the pixels it read
+      (``_strided_pointwise.py``).
     * stride 1 with a weight no larger than x: a convolution of x with the
       flipped, transposed kernel and pad ``d*(k-1) - p``. Transposing W costs
       a copy of W (slow for big matrices, hence the size test), but saves
       col2im's kh*kw accumulation passes over the output.
     * otherwise one GEMM ``W^T @ x`` giving columns, summed back into pixels
-      (col2im).
+      (col2im; images last on small maps, ``_batch_last.add_columns``).
     """
     xp = backend.get_array_module(x)
     if xp is numpy and _strided_pointwise.fits(g):
