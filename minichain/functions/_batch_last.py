@@ -14,6 +14,12 @@ thousand runs per convolution. The columns come out in the order
 gradient) is gathered in that order too, and the product is scattered
 back into the (N, C, oh, ow) result. Those two reorderings touch the
 output once, where the columns are kh*kw times the input.
+
+The same order serves a deconvolution (a convolution's input gradient)
+that sums its columns back into pixels (:func:`add_columns`): a window's
+sum into the (C, H, W, B) pixels is one run of ``ow * B`` values per
+(c, y) at stride 1, and of ``B`` at stride 2, where the usual (N, C, H,
+W) pixels take runs of ``ow`` or single values.
 """
 import numpy
 
@@ -69,3 +75,36 @@ def scatter(y, n0, n1, prod):
     o, oh, ow = y.shape[1:]
     numpy.copyto(y[n0:n1].transpose(1, 2, 3, 0),
                  prod.reshape(o, oh, ow, n1 - n0))
+
+
+def add_columns(col, y, g, n0, n1):
+    """Sum the columns ``col`` (C*kh*kw, oh*ow*B), columns in (y, x,
+    image) order, back into pixels, written into images n0..n1 of ``y``
+    (N, C, h, w), any strides: the adjoint of :func:`columns`.
+
+    The padded pixels are kept as their sy*sx stride phases (C, sy, sx,
+    rows, cols, B) (``_phase_grid.py`` does the same for pooling), so that
+    every window adds one run of ``ow * B`` values per (c, y) at any
+    stride; only the final copy into y steps over every sy-th pixel.
+    """
+    c, b = y.shape[1], n1 - n0
+    taps = [[divmod(k * d, s) for k in range(n)]
+            for n, d, s in ((g.kh, g.dy, g.sy), (g.kw, g.dx, g.sx))]
+    rows = max(g.oh + taps[0][-1][0], -(-(g.ph + g.h) // g.sy))
+    cols = max(g.ow + taps[1][-1][0], -(-(g.pw + g.w) // g.sx))
+    yp = _parallel.workspace('phases', (c, g.sy, g.sx, rows, cols, b),
+                             y.dtype)
+    yp[...] = 0
+    col = col.reshape(c, g.kh, g.kw, g.oh, g.ow, b)
+    for ky, (t, a) in enumerate(taps[0]):
+        for kx, (u, e) in enumerate(taps[1]):
+            dst = yp[:, a, e, t:t + g.oh, u:u + g.ow]
+            numpy.add(dst, col[:, ky, kx], out=dst)
+    out = y[n0:n1].transpose(1, 2, 3, 0)  # (C, h, w, B)
+    for a in range(g.sy):
+        r0 = (a - g.ph) % g.sy  # the first row of y in phase a
+        for e in range(g.sx):
+            q0 = (e - g.pw) % g.sx
+            src = yp[:, a, e, (r0 + g.ph) // g.sy:, (q0 + g.pw) // g.sx:]
+            dst = out[:, r0::g.sy, q0::g.sx]
+            numpy.copyto(dst, src[:, :dst.shape[1], :dst.shape[2]])

@@ -1,11 +1,8 @@
 """Array-level convolution kernels: im2col, col2im and the chunked GEMMs.
 
 Everything here works on raw NumPy/CuPy arrays; the FunctionNodes in
-``convolution.py`` call it (``pooling.py`` shares the geometry helpers).
-
-Geometry. A convolution maps an input of spatial size (h, w) to (oh, ow):
-output pixel (i, j) with kernel offset (ky, kx) reads input pixel
-(i*sy + ky*dy - ph, j*sx + kx*dx - pw); pixels outside the input read 0.
+``convolution.py`` call it. The geometry (``Geometry``, the output sizes,
+the window slices) lives in ``_geometry.py``, which ``pooling.py`` shares.
 
 Column layouts. ``im2col`` (the public one) returns (N, C, kh, kw, oh, ow).
 The GEMM path builds *chunks* of B images in the layout (C, kh, kw, B, oh, ow),
@@ -25,16 +22,14 @@ weight: ~4 ms, as long as its GEMM), so the products take transposed
 operands as views (BLAS reads them in place) and only small chunks are
 ever reordered.
 """
-import collections
-
 import numpy
 from numpy.lib.stride_tricks import as_strided
 
 from minichain import backend, host
-from minichain.functions import _batch_last, _conv_matrices, _parallel
-
-Geometry = collections.namedtuple(
-    'Geometry', 'kh kw sy sx ph pw dy dx h w oh ow')
+from minichain.functions import (_batch_last, _conv_matrices, _parallel,
+                                 _strided_pointwise)
+from minichain.functions._geometry import (  # noqa: F401  (shared names)
+    Geometry, conv_outsize, deconv_outsize, is_pointwise, window_slices)
 
 # Columns of one chunk: at least this many for an efficient GEMM (OpenBLAS
 # nears its peak from a few hundred columns; bigger chunks cost
@@ -56,60 +51,7 @@ _BATCH_LAST_MAX_WIDTH = 7
 _BATCH_LAST_MIN_IMAGES = 8
 
 
-def conv_outsize(size, k, s, p, cover_all=False, d=1):
-    """Output length of a convolution along one axis (Chainer's formula)."""
-    dk = k + (k - 1) * (d - 1)
-    if cover_all:
-        return (size + p * 2 - dk + s - 1) // s + 1
-    return (size + p * 2 - dk) // s + 1
-
-
-def deconv_outsize(size, k, s, p, cover_all=False, d=1):
-    """Output length of a deconvolution: the inverse of :func:`conv_outsize`."""
-    dk = (k - 1) * d + 1
-    if cover_all:
-        return s * (size - 1) + dk - s + 1 - 2 * p
-    return s * (size - 1) + dk - 2 * p
-
-
-def is_pointwise(g):
-    """A 1x1, stride-1, unpadded convolution: the columns are the input."""
-    return (g.kh == g.kw == g.sy == g.sx == 1 and g.ph == g.pw == 0
-            and (g.oh, g.ow) == (g.h, g.w))
-
-
 _workspace = _parallel.workspace
-
-
-# -- window helpers ----------------------------------------------------------
-def _axis_range(ko, s, p, size, osize):
-    """Output positions i (range i0..i1) whose input i*s + ko - p is inside."""
-    i0 = max(0, -((ko - p) // s))
-    i1 = min(osize, (size - 1 + p - ko) // s + 1)
-    return i0, max(i0, i1), i0 * s + ko - p
-
-
-def window_slices(g):
-    """Yield (ky, kx, out_index, in_index) for every kernel offset.
-
-    ``out[..., out_index]`` and ``x[..., in_index]`` are the output positions
-    and the input pixels that offset (ky, kx) pairs, clipped to the input, so
-    padding never needs to be materialised. Offsets reaching only padding
-    are skipped.
-    """
-    for ky in range(g.kh):
-        i0, i1, r0 = _axis_range(ky * g.dy, g.sy, g.ph, g.h, g.oh)
-        if i1 == i0:
-            continue
-        for kx in range(g.kw):
-            j0, j1, c0 = _axis_range(kx * g.dx, g.sx, g.pw, g.w, g.ow)
-            if j1 == j0:
-                continue
-            out_index = (Ellipsis, slice(i0, i1), slice(j0, j1))
-            in_index = (Ellipsis,
-                        slice(r0, r0 + (i1 - i0 - 1) * g.sy + 1, g.sy),
-                        slice(c0, c0 + (j1 - j0 - 1) * g.sx + 1, g.sx))
-            yield ky, kx, out_index, in_index
 
 
 def _padded_windows(x, g, ws_name=None):
@@ -249,6 +191,9 @@ def _bands(xp, chunks, g, col_bytes_per_row):
 def conv_forward(x, W, g, groups):
     """y = conv(x, W) without bias; x (N, C, h, w), W (O, C/G, kh, kw)."""
     xp = backend.get_array_module(x)
+    if xp is numpy and _strided_pointwise.fits(g):
+        return conv_forward(_strided_pointwise.take(x, g), W,
+                            _strided_pointwise.geometry(g), groups)
     n, c = x.shape[:2]
     o = W.shape[0]
     p = g.oh * g.ow
@@ -294,6 +239,9 @@ def _batch_last_fits(xp, g, n0, n1, rows):
 def conv_grad_w(x, gy, g, groups, w_shape):
     """dL/dW of y = conv(x, W) from x and gy = dL/dy; returns w_shape."""
     xp = backend.get_array_module(x)
+    if xp is numpy and _strided_pointwise.fits(g):
+        return conv_grad_w(_strided_pointwise.take(x, g), gy,
+                           _strided_pointwise.geometry(g), groups, w_shape)
     n, c = x.shape[:2]
     o = gy.shape[1]
     p = g.oh * g.ow
@@ -352,15 +300,20 @@ def deconv_forward(x, W, g, groups):
 
     W is the convolution's weight (O, C/G, kh, kw). Three routes:
 
-    * 1x1 stride 1: one GEMM ``W^T @ x`` per chunk (BLAS reads W^T in place).
+    * 1x1 stride 1: one GEMM ``W^T @ x`` per chunk (BLAS reads W^T in place);
+      a strided 1x1 is one too, spread into the pixels it read
+      (``_strided_pointwise.py``).
     * stride 1 with a weight no larger than x: a convolution of x with the
       flipped, transposed kernel and pad ``d*(k-1) - p``. Transposing W costs
       a copy of W (slow for big matrices, hence the size test), but saves
       col2im's kh*kw accumulation passes over the output.
     * otherwise one GEMM ``W^T @ x`` giving columns, summed back into pixels
-      (col2im).
+      (col2im; images last on small maps, ``_batch_last.add_columns``).
     """
     xp = backend.get_array_module(x)
+    if xp is numpy and _strided_pointwise.fits(g):
+        return _strided_pointwise.spread(deconv_forward(
+            x, W, _strided_pointwise.geometry(g), groups), g)
     n, o = x.shape[:2]
     cg = W.shape[1]
     c = cg * groups
@@ -389,18 +342,33 @@ def deconv_forward(x, W, g, groups):
         col = xp.matmul(w2t, xc).reshape(c, g.kh, g.kw, n, g.oh, g.ow)
         from minichain.functions import _cuda_kernels
         return _cuda_kernels.col2im(col, g, batch_major=False)
-    y = _conv_matrices.output(xp, (n, c, g.h, g.w), x.dtype, zeros=True)
+    chunks = _chunks(xp, n, c * g.kh * g.kw * p * x.dtype.itemsize, p)
+    # Images-last sums (_batch_last.add_columns) where the windows
+    # overlap (a 1x1 window adds each column once: in place is faster) and
+    # the output is larger than 2x2 (there the padded phases are 4x the
+    # pixels and the usual adds as fast). That route writes every pixel of
+    # its images; the other adds into zeros.
+    last = (g.kh * g.kw > 1 and min(g.h, g.w) > 2
+            and all(_batch_last_fits(xp, g, n0, n1, None)
+                    for n0, n1 in chunks))
+    y = _conv_matrices.output(xp, (n, c, g.h, g.w), x.dtype, zeros=not last)
     yc = y.swapaxes(0, 1)  # (C, N, h, w), C-contiguous
-    per_image = c * g.kh * g.kw * p * x.dtype.itemsize
 
-    def run(chunks):
-        for n0, n1 in chunks:
+    def run(pieces):
+        for n0, n1 in pieces:
             b = n1 - n0
-            xc = _conv_matrices.operand(x, n0, n1, groups, None, 'x')
+            if last:
+                xc = _batch_last.gather(x, n0, n1, 'x').reshape(
+                    groups, o // groups, -1)
+            else:
+                xc = _conv_matrices.operand(x, n0, n1, groups, None, 'x')
             col = _workspace('col', (groups, cg * g.kh * g.kw, b * p),
                              x.dtype)
             _parallel.matmul(w2t, xc, out=col)
+            if last:
+                _batch_last.add_columns(col, y, g, n0, n1)
+                continue
             col = col.reshape(c, g.kh, g.kw, b, g.oh, g.ow)
             _col2im_add(yc[:, n0:n1], col.transpose(0, 3, 1, 2, 4, 5), g)
-    _parallel.over_chunks(run, _chunks(xp, n, per_image, p))
+    _parallel.over_chunks(run, chunks)
     return y

@@ -5,7 +5,8 @@ import pytest
 
 from minichain import Variable, backend, host
 import minichain.functions as F
-from minichain.functions import _batch_last, _im2col, _parallel
+from minichain.functions import (_batch_last, _im2col, _parallel,
+                                 _strided_pointwise)
 from minichain.functions.convolution import _convolution_2d_composite
 from minichain.gradient_check import check_backward, check_double_backward
 from tests.functions.cuda_emulation import emulated_cuda  # noqa: F401
@@ -308,6 +309,62 @@ def test_deconv_backward(case, threads):
 
     check_backward(f, (z, W, b), rng.standard_normal(x.shape), eps=1e-6,
                    atol=1e-7, rtol=1e-6)
+
+
+@pytest.mark.parametrize('case', [CASES[1], CASES[2], CASES[6]],
+                         ids=[IDS[1], IDS[2], IDS[6]])
+def test_deconv_of_small_maps_sums_batch_last(case, monkeypatch):
+    """A batch's strided input gradient at small maps sums its columns
+    images last (every image); a 1x1 window and too few images do not;
+    all agree with the reference."""
+    calls = []
+    real = _batch_last.add_columns
+    monkeypatch.setattr(_batch_last, 'add_columns',
+                        lambda *a: calls.append(a[3:5]) or real(*a))
+    k, s, p, d, g, cover_all = case
+    for n in (2 * _im2col._BATCH_LAST_MIN_IMAGES,
+              _im2col._BATCH_LAST_MIN_IMAGES - 1):
+        x, W, _ = _inputs(case, n=n, h=6, w=4)
+        b = numpy.arange(x.shape[1]) * 0.5
+        z = numpy.random.default_rng(6).standard_normal(
+            _conv(case)(x, W).shape)
+        y = F.deconvolution_2d(z, W, b, s, p, outsize=(6, 4), dilate=d,
+                               groups=g)
+        numpy.testing.assert_allclose(
+            y.array, naive_deconv(z, W, b, k, s, p, d, g, (6, 4)),
+            rtol=1e-12, atol=1e-12)
+        expect = n if n >= _im2col._BATCH_LAST_MIN_IMAGES and k[0] > 1 else 0
+        assert sum(n1 - n0 for n0, n1 in calls) == expect
+        calls.clear()
+
+
+@pytest.mark.parametrize('case', [
+    ((1, 1), (2, 2), (0, 0), (1, 1), 1, False),
+    ((1, 1), (2, 3), (0, 0), (1, 1), 2, True),  # the last window past x
+    ((1, 1), (3, 1), (0, 0), (2, 2), 1, True)], ids=['s2', 's23g2c', 's31c'])
+def test_strided_pointwise_takes_the_pixels_read(case, monkeypatch):
+    """A strided 1x1 convolution, its weight and input gradients run as
+    pointwise ones over the pixels read (``_strided_pointwise.py``) and
+    agree with the references; float64 gradients check."""
+    calls = []
+    real = _strided_pointwise.take
+    monkeypatch.setattr(_strided_pointwise, 'take',
+                        lambda *a: calls.append(1) or real(*a))
+    k, s, p, d, g, cover_all = case
+    x, W, b = _inputs(case, n=3, h=7, w=6)
+    y = _conv(case)(x, W, b)
+    numpy.testing.assert_allclose(
+        y.array, naive_conv(x, W, b, *case), rtol=1e-12, atol=1e-12)
+    z = numpy.random.default_rng(6).standard_normal(y.shape)
+    bz = numpy.arange(x.shape[1]) * 0.5
+    yd = F.deconvolution_2d(z, W, bz, s, p, outsize=(7, 6), dilate=d,
+                            groups=g)
+    numpy.testing.assert_allclose(
+        yd.array, naive_deconv(z, W, bz, k, s, p, d, g, (7, 6)),
+        rtol=1e-12, atol=1e-12)
+    assert calls
+    check_backward(_conv(case), (x, W, b), z, eps=1e-6, atol=1e-7,
+                   rtol=1e-6)
 
 
 def test_deconv_default_outsize():
