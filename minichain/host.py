@@ -199,7 +199,7 @@ def host_threads():
     The count given to :func:`set_host_threads`, else
     ``MINICHAIN_HOST_THREADS`` from the environment, else the current
     kernel's thread count (:func:`cpu_kernel_threads`: the BLAS's count
-    inside a kernel, 1 outside, e.g. in an optimizer's update). The passes
+    inside a kernel, 1 outside any). The passes
     are bound by memory bandwidth, so a second thread helps less than it
     does for the products.
     """

@@ -108,8 +108,8 @@ def test_kernels_match_plain_numpy():
 def test_a_training_step_splits_work_only_inside_kernel_scopes(monkeypatch):
     """Every share-out of work on the caller's thread (elementwise passes,
     products, image chunks) happens with the BLAS on one thread and the
-    BLAS's own count as the kernel's thread count; the optimizer's update,
-    outside any op, runs on one thread."""
+    BLAS's own count as the kernel's thread count, the optimizer's update
+    (outside any op) too."""
     before = host.get_blas_threads()
     if before is None:
         pytest.skip('no BLAS found: the thread count is not settable')
@@ -139,8 +139,8 @@ def test_a_training_step_splits_work_only_inside_kernel_scopes(monkeypatch):
         assert {s[1:] for s in seen} == {(1, 2)}
         seen.clear()
         _cpu_kernels.momentum_sgd(*(_f32(4, 4) for _ in range(4)), 0.1, 0.9)
-        assert seen[0] == ('elementwise', 2, 1)
-        assert {s[1:] for s in seen} == {(2, 1)}
+        assert seen[0] == ('elementwise', 1, 2)
+        assert {s[1:] for s in seen} == {(1, 2)}
         assert host.get_blas_threads() == 2
     finally:
         host.set_blas_threads(before)
