@@ -39,7 +39,9 @@ class _ResidualBlock(minichain.Chain):
     """``relu(residual(x) + shortcut(x))``: the shortcut is the identity, or
     a 1x1 convolution and batch norm (``proj``, ``bn_proj``) where the
     block changes the shape. Subclasses build ``residual``'s layers in
-    ``__init__`` and then call :meth:`add_shortcut`."""
+    ``__init__`` and then call :meth:`add_shortcut`; ``residual(x, s)``
+    ends with ``bn(h, residual=s, relu=True)``, which computes
+    ``relu(bn(h) + s)`` in one pass (``F.batch_normalization``)."""
 
     def add_shortcut(self, in_ch, out_ch, stride):
         """Register the projection when stride or channels change."""
@@ -54,7 +56,7 @@ class _ResidualBlock(minichain.Chain):
         return x
 
     def forward(self, x):
-        return F.relu(self.residual(x) + self.shortcut(x))
+        return self.residual(x, self.shortcut(x))
 
 
 class BasicBlock(_ResidualBlock):
@@ -72,9 +74,9 @@ class BasicBlock(_ResidualBlock):
             self.bn2 = L.BatchNormalization(out_ch)
         self.add_shortcut(in_ch, out_ch, stride)
 
-    def residual(self, x):
-        h = F.relu(self.bn1(self.conv1(x)))
-        return self.bn2(self.conv2(h))
+    def residual(self, x, shortcut):
+        h = self.bn1(self.conv1(x), relu=True)
+        return self.bn2(self.conv2(h), residual=shortcut, relu=True)
 
 
 class Bottleneck(_ResidualBlock):
@@ -94,10 +96,10 @@ class Bottleneck(_ResidualBlock):
             self.bn3 = L.BatchNormalization(out_ch)
         self.add_shortcut(in_ch, out_ch, stride)
 
-    def residual(self, x):
-        h = F.relu(self.bn1(self.conv1(x)))
-        h = F.relu(self.bn2(self.conv2(h)))
-        return self.bn3(self.conv3(h))
+    def residual(self, x, shortcut):
+        h = self.bn1(self.conv1(x), relu=True)
+        h = self.bn2(self.conv2(h), relu=True)
+        return self.bn3(self.conv3(h), residual=shortcut, relu=True)
 
 
 class ResNet(minichain.Chain):
@@ -141,7 +143,7 @@ class ResNet(minichain.Chain):
 
     def features(self, x):
         """The pooled (N, 512 * expansion) features before the classifier."""
-        h = F.relu(self.bn1(self.conv1(x)))
+        h = self.bn1(self.conv1(x), relu=True)
         if self.stem == 'imagenet':
             h = F.max_pooling_2d(h, 3, stride=2, pad=1, cover_all=False)
         for name in ('res2', 'res3', 'res4', 'res5'):

@@ -34,6 +34,7 @@ from minichain.function_node import FunctionNode
 from minichain.functions import (broadcast_to, fixed_batch_normalization,
                                  reshape)
 from minichain.functions._check import check_float, unwrap
+from minichain.functions.normalization import then_add_relu
 from minichain.links import BatchNormalization
 from minichain.variable import Variable
 
@@ -249,10 +250,11 @@ class MultiNodeBatchNormalization(BatchNormalization):
                          initial_beta=initial_beta, axis=axis)
         self.comm = comm
 
-    def forward(self, x, finetune=False):
-        """Normalize ``x`` (see ``L.BatchNormalization.forward``)."""
+    def forward(self, x, finetune=False, residual=None, relu=False):
+        """Normalize ``x`` (see ``L.BatchNormalization.forward``; here
+        ``residual`` and ``relu`` are separate ops)."""
         if not config.train:
-            return super().forward(x)
+            return super().forward(x, residual=residual, relu=relu)
         if self.avg_mean is None:
             self._initialize(self._channel_shape(x))
         xp = self.xp
@@ -265,10 +267,10 @@ class MultiNodeBatchNormalization(BatchNormalization):
             decay = 1.0 - 1.0 / self.N
         else:
             decay = self.decay
-        return multi_node_batch_normalization(
+        return then_add_relu(multi_node_batch_normalization(
             x, gamma, beta, self.comm, eps=self.eps,
             running_mean=self.avg_mean, running_var=self.avg_var,
-            decay=decay, axis=self.axis)
+            decay=decay, axis=self.axis), residual, relu)
 
     def __deepcopy__(self, memo):
         # The communicator (MPI handles) is shared, never copied.

@@ -12,9 +12,12 @@ from minichain import backend
 from minichain.function_node import FunctionNode
 from minichain.variable import as_variable
 from minichain.functions import _normalization_kernels as K
+from minichain.functions._channels import Layout
 from minichain.functions._check import (check_array, check_float,
                                         check_same_dtype, normalize_axis,
                                         unwrap)
+from minichain.functions.activation import ReLUGrad
+from minichain.functions.activation import relu as _relu
 from minichain.functions.array import broadcast_to, reshape
 from minichain.functions.reduction import sum as _sum
 
@@ -43,7 +46,7 @@ def _layout(func_name, x, gamma, axis, others=()):
             raise ValueError('{}: axis {} reduces every axis of x of shape '
                              '{}; at least one channel axis must remain'
                              .format(func_name, axis, x.shape))
-    lay = K.Layout(x.shape, axes)
+    lay = Layout(x.shape, axes)
     for what, a in (('gamma', gamma),) + tuple(others):
         if a.shape != lay.cshape:
             raise ValueError(
@@ -66,15 +69,27 @@ def _normalize_composite(x, lay, eps):
     return xc * broadcast_to(inv_std, lay.shape), inv_std
 
 
-def _batch_normalization_composite(x, gamma, beta, eps=2e-5, axis=None):
+def _batch_normalization_composite(x, gamma, beta, eps=2e-5, axis=None,
+                                   residual=None, relu=False):
     """Reference training-mode batch normalization made of F functions only
-    (sum, sub, mul, pow, broadcast_to, reshape); same arguments and result
-    as :func:`batch_normalization` without the running statistics."""
+    (sum, sub, mul, pow, broadcast_to, reshape, then add and relu); same
+    arguments and result as :func:`batch_normalization` without the
+    running statistics."""
     lay = _layout('batch_normalization', unwrap(x), unwrap(gamma), axis,
                   (('beta', unwrap(beta)),))
     x_hat, _ = _normalize_composite(x, lay, eps)
-    return (x_hat * broadcast_to(reshape(gamma, lay.bshape), lay.shape)
-            + broadcast_to(reshape(beta, lay.bshape), lay.shape))
+    y = (x_hat * broadcast_to(reshape(gamma, lay.bshape), lay.shape)
+         + broadcast_to(reshape(beta, lay.bshape), lay.shape))
+    return then_add_relu(y, residual, relu)
+
+
+def then_add_relu(y, residual=None, relu=False):
+    """``relu(y + residual)`` as separate ops (each part only when asked):
+    what ``batch_normalization(..., residual=, relu=)`` fuses, for the
+    paths that do not (inference, multi-node statistics)."""
+    if residual is not None:
+        y = y + residual
+    return _relu(y) if relu else y
 
 
 def _fixed_batch_normalization_composite(x, gamma, beta, mean, var,
@@ -92,17 +107,26 @@ def _fixed_batch_normalization_composite(x, gamma, beta, mean, var,
 
 # -- training mode ------------------------------------------------------------
 class BatchNormalization(FunctionNode):
-    def __init__(self, lay, eps, running_mean, running_var, decay):
+    """Inputs ``(x, gamma, beta)`` or ``(x, gamma, beta, residual)``; the
+    output is ``relu(bn(x) + residual)`` with ``relu`` (each part when
+    asked), in one pass where the kernel can."""
+
+    def __init__(self, lay, eps, running_mean, running_var, decay,
+                 relu=False):
         self.lay, self.eps, self.decay = lay, eps, decay
         self.running_mean, self.running_var = running_mean, running_var
+        self.relu = relu
 
     def forward(self, inputs):
         self.retain_inputs((0, 1))
-        x, gamma, beta = inputs
+        x, gamma, beta = inputs[:3]
+        residual = inputs[3] if len(inputs) == 4 else None
         xp = backend.get_array_module(x)
         impl = K.cpu_forward if xp is numpy else K.gpu_forward
         y, mean, var, inv_std, centered = impl(x, gamma, beta, self.eps,
-                                               self.lay)
+                                               self.lay, residual, self.relu)
+        if self.relu:
+            self.retain_outputs((0,))  # its sign is relu's mask
         # Channel-sized statistics kept for backward: they save a reduction
         # pass over x. x_hat (as big as x) is not kept; backward folds it
         # into its formula at the cost of at most one elementwise pass.
@@ -118,9 +142,16 @@ class BatchNormalization(FunctionNode):
 
     def backward(self, indexes, grad_outputs):
         x, gamma = self.get_retained_inputs()
-        grads = BatchNormalizationGrad(
-            self.lay, self.eps, self.mean, self.inv_std, self.centered
-        ).apply((x, gamma, grad_outputs[0]))
+        gy, = grad_outputs
+        if self.relu:
+            y, = self.get_retained_outputs()
+            gy = ReLUGrad().apply((y, gy))[0]
+        grads = (None,) * 3
+        if min(indexes) < 3:
+            grads = BatchNormalizationGrad(
+                self.lay, self.eps, self.mean, self.inv_std, self.centered
+            ).apply((x, gamma, gy))
+        grads += (gy,)  # the residual's gradient
         return tuple(grads[i] for i in indexes)
 
 
@@ -187,11 +218,17 @@ def _add(acc, v):
 
 
 def batch_normalization(x, gamma, beta, eps=2e-5, running_mean=None,
-                        running_var=None, decay=0.9, axis=None):
+                        running_var=None, decay=0.9, axis=None,
+                        residual=None, relu=False):
     """Batch normalization with batch statistics (training mode).
 
     ``y = gamma * (x - mean) / sqrt(var + eps) + beta``, where ``mean`` and
     ``var`` (biased) are taken per channel over the reduced axes.
+
+    ``residual`` and ``relu`` (not in Chainer) end a ResNet block in the
+    same op: the result is ``relu(y + residual)``, each part when asked,
+    equal to those separate ops (:func:`then_add_relu`) but computed while
+    y is still in cache, without their two passes over memory.
 
     Args:
         x: Variable or array ``(N, C, ...)`` (e.g. ``(N, C)`` or
@@ -205,17 +242,30 @@ def batch_normalization(x, gamma, beta, eps=2e-5, running_mean=None,
         decay: weight of the old running value.
         axis: axes to reduce (int or tuple). None: axis 0 and every axis
             after the channel axes, i.e. all but axis 1 for a 1-D gamma.
+        residual: Variable or array of x's shape and dtype added to the
+            output (a ResNet block's shortcut), or None.
+        relu: apply ``max(., 0)`` last.
     Returns:
         Variable shaped like x.
     Raises:
         ValueError: x has fewer than 2 axes, gamma/beta/running shapes do
-            not match the channels, or a channel has fewer than 2 elements
-            (the variance is undefined).
-        TypeError: non-float x, or x, gamma and beta differ in dtype.
+            not match the channels, a channel has fewer than 2 elements
+            (the variance is undefined), or residual is not x's shape.
+        TypeError: non-float x, or x, gamma, beta (and residual) differ in
+            dtype.
     """
     name = 'batch_normalization'
     xa = unwrap(x)
     lay = _layout(name, xa, unwrap(gamma), axis, (('beta', unwrap(beta)),))
+    inputs = (x, gamma, beta)
+    if residual is not None:
+        ra = unwrap(residual)
+        check_array(name, ra, 'residual')
+        check_same_dtype(name, xa, ra)
+        if ra.shape != xa.shape:
+            raise ValueError('{}: residual has shape {} but x has shape {}'
+                             .format(name, ra.shape, xa.shape))
+        inputs += (residual,)
     if lay.m < 2:
         raise ValueError('{}: x of shape {} has {} element(s) per channel '
                          '(reduced axes {}); training-mode statistics need '
@@ -231,8 +281,8 @@ def batch_normalization(x, gamma, beta, eps=2e-5, running_mean=None,
                                  'is {}'.format(name, what, r.shape,
                                                 lay.cshape))
         stats.append(r)
-    return BatchNormalization(lay, eps, stats[0], stats[1], decay).apply(
-        (x, gamma, beta))[0]
+    return BatchNormalization(lay, eps, stats[0], stats[1], decay,
+                              bool(relu)).apply(inputs)[0]
 
 
 # -- inference mode -----------------------------------------------------------

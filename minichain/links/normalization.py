@@ -7,6 +7,7 @@ import numpy
 from minichain import functions as F
 from minichain import initializers
 from minichain.configuration import config
+from minichain.functions.normalization import then_add_relu
 from minichain.link import Link
 from minichain.variable import Parameter
 
@@ -88,7 +89,7 @@ class BatchNormalization(Link):
         axes = [a % x.ndim for a in axes]
         return tuple(s for i, s in enumerate(x.shape) if i not in axes)
 
-    def forward(self, x, finetune=False):
+    def forward(self, x, finetune=False, residual=None, relu=False):
         """Normalize ``x``.
 
         Args:
@@ -96,6 +97,9 @@ class BatchNormalization(Link):
             finetune: in training, accumulate the statistics as a plain
                 average over all batches seen (``decay = 1 - 1 / N``, with
                 ``N`` counting calls) instead of an exponential one.
+            residual, relu: return ``relu(bn(x) + residual)`` instead (each
+                part when given; not in Chainer), fused in training (see
+                ``F.batch_normalization``).
         Returns:
             Variable shaped like x.
         """
@@ -115,10 +119,12 @@ class BatchNormalization(Link):
                 decay = self.decay
             return F.batch_normalization(
                 x, gamma, beta, eps=self.eps, running_mean=self.avg_mean,
-                running_var=self.avg_var, decay=decay, axis=self.axis)
-        return F.fixed_batch_normalization(x, gamma, beta, self.avg_mean,
-                                           self.avg_var, eps=self.eps,
-                                           axis=self.axis)
+                running_var=self.avg_var, decay=decay, axis=self.axis,
+                residual=residual, relu=relu)
+        y = F.fixed_batch_normalization(x, gamma, beta, self.avg_mean,
+                                        self.avg_var, eps=self.eps,
+                                        axis=self.axis)
+        return then_add_relu(y, residual, relu)
 
     def _repr_args(self):
         size = None if self.avg_mean is None else self.avg_mean.shape

@@ -198,6 +198,76 @@ def test_double_backward_fused_equals_composite():
         numpy.testing.assert_allclose(a, b, atol=1e-10)
 
 
+# -- the ResNet block's end: residual and relu --------------------------------
+def _channel_major(a):
+    from minichain.functions import _layout
+    out = _layout.empty_channel_major(a.shape, a.dtype)
+    out[...] = a
+    return out
+
+
+@pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32,
+                                   numpy.float64])
+@pytest.mark.parametrize('layout', ['nchw', 'channel_major', 'mixed'])
+@pytest.mark.parametrize('with_residual,relu', [(False, True), (True, False),
+                                                (True, True)])
+def test_residual_and_relu_equal_the_separate_ops(dtype, layout,
+                                                  with_residual, relu):
+    """The fused end (in cache, by blocks of channels where both arrays are
+    channel-major) gives the bits of bn, then +, then relu."""
+    x, gamma, beta, gy = _data((4, 6, 5, 5), dtype, seed=21)
+    r = numpy.random.default_rng(22).standard_normal(x.shape).astype(dtype)
+    if layout != 'nchw':
+        x = _channel_major(x)
+    if layout == 'channel_major':
+        r = _channel_major(r)
+    r = r if with_residual else None
+    y = F.batch_normalization(x, gamma, beta, residual=r, relu=relu)
+    want = F.batch_normalization(x, gamma, beta)
+    if r is not None:
+        want = want + r
+    if relu:
+        want = F.relu(want)
+    assert y.dtype == dtype
+    assert numpy.array_equal(y.array, want.array)
+
+
+def test_residual_and_relu_gradients_float64():
+    x, gamma, beta, gy = _data((3, 4, 3, 3), seed=23)
+    rng = numpy.random.default_rng(24)
+    r = rng.standard_normal(x.shape)
+    ggs = [rng.standard_normal(a.shape) for a in (x, gamma, beta, r)]
+
+    def fused(x, g, b, r):
+        return F.batch_normalization(x, g, b, residual=r, relu=True)
+
+    def composite(x, g, b, r):
+        return _batch_normalization_composite(x, g, b, residual=r, relu=True)
+    check_backward(fused, (x, gamma, beta, r), gy, **TOL64)
+    check_backward(composite, (x, gamma, beta, r), gy, **TOL64)
+    check_double_backward(fused, (x, gamma, beta, r), gy, ggs,
+                          eps=1e-6, atol=1e-6, rtol=1e-5)
+    _, g1 = _grads(fused, (x, gamma, beta, r), gy)
+    _, g2 = _grads(composite, (x, gamma, beta, r), gy)
+    for a, b in zip(g1, g2):
+        numpy.testing.assert_allclose(a, b, atol=1e-10)
+    # relu's mask holds back the gradient where the output is zero
+    y, (_, _, _, gr) = _grads(fused, (x, gamma, beta, r), gy)
+    assert (y == 0).any() and (gr[y == 0] == 0).all()
+    assert numpy.array_equal(gr[y > 0], gy[y > 0])
+
+
+def test_residual_errors_name_function_and_shapes():
+    x, gamma, beta, _ = _data((4, 3, 2, 2), numpy.float32)
+    with pytest.raises(ValueError, match=r'batch_normalization: residual '
+                       r'has shape \(4, 3, 2\) but x has shape '
+                       r'\(4, 3, 2, 2\)'):
+        F.batch_normalization(x, gamma, beta, residual=x[..., 0])
+    with pytest.raises(TypeError, match='batch_normalization: .*float64'):
+        F.batch_normalization(x, gamma, beta,
+                              residual=x.astype(numpy.float64))
+
+
 # -- fixed (inference) --------------------------------------------------------
 def _fixed_data(shape, dtype=numpy.float64):
     x, gamma, beta, gy = _data(shape, dtype, seed=10)
@@ -350,3 +420,19 @@ def test_gpu_matches_cpu(dtype):
     for a, b in zip([cpu[0]] + cpu[1], [gpu[0]] + gpu[1]):
         numpy.testing.assert_allclose(a, backend.to_cpu(b), atol=tol,
                                       rtol=tol)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not backend.gpu_available(), reason='no CUDA GPU')
+def test_gpu_residual_and_relu_match_cpu():
+    x, gamma, beta, gy = _data((4, 3, 5, 5), numpy.float32, seed=25)
+    r = numpy.random.default_rng(26).standard_normal(x.shape).astype(
+        numpy.float32)
+
+    def f(*a):
+        return F.batch_normalization(*a[:3], residual=a[3], relu=True)
+    cpu = _grads(f, (x, gamma, beta, r), gy)
+    gpu = _grads(f, backend.to_gpu([x, gamma, beta, r]), backend.to_gpu(gy))
+    for a, b in zip([cpu[0]] + cpu[1], [gpu[0]] + gpu[1]):
+        numpy.testing.assert_allclose(a, backend.to_cpu(b), atol=1e-4,
+                                      rtol=1e-4)

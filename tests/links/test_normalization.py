@@ -121,6 +121,23 @@ def test_lazy_size_and_axis():
     numpy.testing.assert_allclose(y, ref, atol=1e-5)
 
 
+def test_residual_and_relu_in_training_and_evaluation():
+    """``bn(x, residual=s, relu=True)`` is ``relu(bn(x) + s)`` in both
+    modes (fused in training, separate ops in evaluation), and updates
+    the running statistics as a plain call does."""
+    rng = numpy.random.default_rng(5)
+    x, s = rng.standard_normal((2, 4, 3, 2, 2)).astype(numpy.float32)
+    fused, plain = L.BatchNormalization(3), L.BatchNormalization(3)
+    for train in (True, False):
+        with minichain.using_config('train', train):
+            got = fused(x, residual=s, relu=True).array
+            want = F.relu(plain(x) + s).array
+        assert numpy.array_equal(got, want), train
+        assert numpy.array_equal(fused.avg_mean, plain.avg_mean)
+        assert numpy.array_equal(fused.avg_var, plain.avg_var)
+    assert (got == 0).any() and (got > 0).any()
+
+
 def test_channel_mismatch_error():
     bn = L.BatchNormalization(4)
     with pytest.raises(ValueError, match=r'gamma has shape \(4,\)'):

@@ -254,6 +254,15 @@ def mnbn_model_copy(comm):
     assert [n for n, _ in bn.namedparams()] == ['/beta', '/gamma']
     assert [n for n, _ in bn.namedpersistents()] == [
         '/N', '/avg_mean', '/avg_var']
+    # A ResNet block's end, bn(h, residual=s, relu=True), is the separate
+    # ops here too, in training and in evaluation.
+    rng = numpy.random.default_rng(comm.rank)
+    h, s = rng.standard_normal((2, 3, 4, 3, 3))
+    for train in (True, False):
+        with minichain.using_config('train', train):
+            want = F.relu(bn(h) + s).array
+            got = bn(h, residual=s, relu=True).array
+        assert numpy.array_equal(got, want), (train, abs(got - want).max())
 
 
 def local_errors_everywhere(comm):
