@@ -143,8 +143,10 @@ def _by_channels(lay, *arrays):
 
 def _forward_by_channels(x, gamma, beta, eps, lay, residual, relu):
     """:func:`cpu_forward` over blocks of channels of a channel-major x
-    (and residual), each block read from memory once; always two-pass
-    (``x - mean`` costs little in cache), hence ``centered``."""
+    (and residual), each block read from memory once. A block takes the
+    one-pass variance where it is accurate (as :func:`cpu_forward` does),
+    else ``x - mean`` first; either way the backward may center
+    (``centered``)."""
     y = _layout.empty_like_dense(x)
     (_, C, L), m = as3d(x, lay).shape, lay.m
     x2, y2 = as3d(x, lay)[0], as3d(y, lay)[0]
@@ -157,11 +159,20 @@ def _forward_by_channels(x, gamma, beta, eps, lay, residual, relu):
     def block(c):
         xs, ys = x2[c], y2[c]
         mean[c] = (xs @ ones) / m
-        xc = numpy.subtract(xs, mean[c, None], out=ys)
-        var[c] = (xc[:, None, :] @ xc[:, :, None]).reshape(-1) / m
-        inv_std[c] = 1 / numpy.sqrt(var[c] + eps)
-        numpy.multiply(xc, (gamma[c] * inv_std[c])[:, None], out=ys)
-        numpy.add(ys, beta[c, None], out=ys)
+        ex2 = (xs[:, None, :] @ xs[:, :, None]).reshape(-1) / m
+        var[c] = ex2 - mean[c] * mean[c]
+        if numpy.all(var[c] * _ONE_PASS_MAX_RATIO >= ex2):
+            # y = x * scale + (beta - mean * scale): no x - mean pass
+            inv_std[c] = 1 / numpy.sqrt(var[c] + eps)
+            scale = gamma[c] * inv_std[c]
+            numpy.multiply(xs, scale[:, None], out=ys)
+            numpy.add(ys, (beta[c] - mean[c] * scale)[:, None], out=ys)
+        else:
+            xc = numpy.subtract(xs, mean[c, None], out=ys)
+            var[c] = (xc[:, None, :] @ xc[:, :, None]).reshape(-1) / m
+            inv_std[c] = 1 / numpy.sqrt(var[c] + eps)
+            numpy.multiply(xc, (gamma[c] * inv_std[c])[:, None], out=ys)
+            numpy.add(ys, beta[c, None], out=ys)
         if r2 is not None:
             numpy.add(ys, r2[c], out=ys)
         if relu:

@@ -44,6 +44,14 @@ def _grads(func, arrays, gy):
     return y.array, [v.grad for v in vs]
 
 
+def _channel_major(a):
+    """A copy of ``a`` in channel-major memory (``functions/_layout.py``)."""
+    from minichain.functions import _layout
+    out = _layout.empty_channel_major(a.shape, a.dtype)
+    out[...] = a
+    return out
+
+
 # -- forward ------------------------------------------------------------------
 @pytest.mark.parametrize('shape', SHAPES)
 @pytest.mark.parametrize('dtype,tol', [(numpy.float64, 1e-12),
@@ -56,11 +64,20 @@ def test_forward_matches_numpy(shape, dtype, tol):
                                   atol=tol, rtol=tol)
 
 
-def test_forward_large_mean_stays_accurate_in_float32():
+@pytest.mark.parametrize('channel_major', [False, True])
+def test_forward_large_mean_stays_accurate_in_float32(channel_major):
     # |mean| >> std: the one-pass variance would cancel; the two-pass
-    # fallback must keep float32 accurate (forward and gradients).
+    # fallback must keep float32 accurate (forward and gradients), in the
+    # NCHW path and in the channel blocks of a channel-major x.
     x, gamma, beta, gy = _data((4, 3, 5, 5), numpy.float32, offset=300.0)
-    y, grads = _grads(F.batch_normalization, (x, gamma, beta), gy)
+    if channel_major:  # (_grads copies into C order: call it directly)
+        xv = minichain.Variable(_channel_major(x))
+        yv = F.batch_normalization(xv, gamma, beta)
+        yv.grad = _channel_major(gy)
+        yv.backward()
+        y, grads = yv.array, [xv.grad]
+    else:
+        y, grads = _grads(F.batch_normalization, (x, gamma, beta), gy)
     y64, grads64 = _grads(F.batch_normalization,
                           [a.astype(numpy.float64) for a in (x, gamma, beta)],
                           gy.astype(numpy.float64))
@@ -199,13 +216,6 @@ def test_double_backward_fused_equals_composite():
 
 
 # -- the ResNet block's end: residual and relu --------------------------------
-def _channel_major(a):
-    from minichain.functions import _layout
-    out = _layout.empty_channel_major(a.shape, a.dtype)
-    out[...] = a
-    return out
-
-
 @pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32,
                                    numpy.float64])
 @pytest.mark.parametrize('layout', ['nchw', 'channel_major', 'mixed'])
