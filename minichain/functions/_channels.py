@@ -13,8 +13,14 @@ import numpy
 from minichain.functions import _layout, _parallel
 
 _BLAS_DTYPES = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
-# Per-channel sums run in channel blocks of about this many bytes.
-_SUM_BLOCK_BYTES = 512 << 10
+# Per-channel work runs in channel blocks of about this many bytes (all
+# the arrays a block touches): small enough to stay in a core's L2 between
+# the passes, large enough that the NumPy calls are few. Each call costs a
+# few microseconds, and more where two threads take turns at Python's lock
+# between calls: against 512 KiB, batch normalization of ResNet-50's
+# activations ran 5-10% faster on one thread and 10-30% on two (2026-12-01,
+# bench/README.md).
+_SUM_BLOCK_BYTES = 1 << 20
 
 
 class Layout:

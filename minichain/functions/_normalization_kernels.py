@@ -114,7 +114,8 @@ def cpu_backward(x, gamma, gy, mean, inv_std, centered, lay):
         grads = cpu_backward(x, gamma, gy, mean, inv_std, centered, lay)
         return tuple(g.astype(numpy.float16) for g in grads)
     if _by_channels(lay, x, gy):
-        return _backward_by_channels(x, gamma, gy, mean, inv_std, lay)
+        return _backward_by_channels(x, gamma, gy, mean, inv_std, centered,
+                                     lay)
     m = lay.m
     gbeta = channel_sum(gy, lay)
     if centered:
@@ -145,7 +146,7 @@ def _forward_by_channels(x, gamma, beta, eps, lay, residual, relu):
     """:func:`cpu_forward` over blocks of channels of a channel-major x
     (and residual), each block read from memory once. A block takes the
     one-pass variance where it is accurate (as :func:`cpu_forward` does),
-    else ``x - mean`` first; either way the backward may center
+    else ``x - mean`` first, and then the backward centers too
     (``centered``)."""
     y = _layout.empty_like_dense(x)
     (_, C, L), m = as3d(x, lay).shape, lay.m
@@ -155,6 +156,7 @@ def _forward_by_channels(x, gamma, beta, eps, lay, residual, relu):
     gamma, beta = gamma.reshape(C), beta.reshape(C)
     mean, var, inv_std = (numpy.empty(C, x.dtype) for _ in range(3))
     ones = numpy.ones(L, x.dtype)
+    centered = []  # a block that needed x - mean appends to it
 
     def block(c):
         xs, ys = x2[c], y2[c]
@@ -168,6 +170,7 @@ def _forward_by_channels(x, gamma, beta, eps, lay, residual, relu):
             numpy.multiply(xs, scale[:, None], out=ys)
             numpy.add(ys, (beta[c] - mean[c] * scale)[:, None], out=ys)
         else:
+            centered.append(c)
             xc = numpy.subtract(xs, mean[c, None], out=ys)
             var[c] = (xc[:, None, :] @ xc[:, :, None]).reshape(-1) / m
             inv_std[c] = 1 / numpy.sqrt(var[c] + eps)
@@ -182,12 +185,14 @@ def _forward_by_channels(x, gamma, beta, eps, lay, residual, relu):
     per_channel(block, as3d(x, lay), 2 * x.nbytes)
     shape = lay.cshape
     return (y, mean.reshape(shape), var.reshape(shape),
-            inv_std.reshape(shape), True)
+            inv_std.reshape(shape), bool(centered))
 
 
-def _backward_by_channels(x, gamma, gy, mean, inv_std, lay):
-    """:func:`cpu_backward` (centered) over blocks of channels of
-    channel-major x and gy, each block read from memory once."""
+def _backward_by_channels(x, gamma, gy, mean, inv_std, centered, lay):
+    """:func:`cpu_backward` over blocks of channels of channel-major x and
+    gy, each block read from memory once; ``x - mean`` is formed only when
+    ``centered`` (else ``sum(gy * x) - mean * sum(gy)``, accurate where the
+    forward's one-pass variance was)."""
     gx = _layout.empty_like_dense(x)
     (_, C, L), m = as3d(x, lay).shape, lay.m
     x2, gy2, gx2 = (as3d(a, lay)[0] for a in (x, gy, gx))
@@ -198,14 +203,19 @@ def _backward_by_channels(x, gamma, gy, mean, inv_std, lay):
     def block(c):
         xs, gs, os = x2[c], gy2[c], gx2[c]
         gbeta[c] = gs @ ones
-        xc = numpy.subtract(xs, mean[c, None], out=os)
-        ggamma[c] = inv_std[c] * (gs[:, None, :] @ xc[:, :, None]).reshape(-1)
+        if centered:
+            src, shift = numpy.subtract(xs, mean[c, None], out=os), 0
+        else:
+            src, shift = xs, mean[c]
+        dot = (gs[:, None, :] @ src[:, :, None]).reshape(-1)
+        ggamma[c] = inv_std[c] * (dot - shift * gbeta[c])
         q = inv_std[c] * ggamma[c] / m
         a = gamma[c] * inv_std[c]
-        numpy.multiply(xc, -q[:, None], out=os)  # gx = a * (gy - q xc + r)
+        # gx = a * (gy - q * (src - shift) - gbeta / m); src - shift = x - mean
+        numpy.multiply(src, -q[:, None], out=os)
         numpy.add(os, gs, out=os)
         numpy.multiply(os, a[:, None], out=os)
-        numpy.add(os, (a * -gbeta[c] / m)[:, None], out=os)
+        numpy.add(os, (a * (q * shift - gbeta[c] / m))[:, None], out=os)
     per_channel(block, as3d(x, lay), 3 * x.nbytes)
     return gx, ggamma.reshape(lay.cshape), gbeta.reshape(lay.cshape)
 

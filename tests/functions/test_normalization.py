@@ -267,6 +267,25 @@ def test_residual_and_relu_gradients_float64():
     assert numpy.array_equal(gr[y > 0], gy[y > 0])
 
 
+@pytest.mark.parametrize('offset', [0.0, 3.0, 50.0])
+@pytest.mark.parametrize('dtype,tol', [(numpy.float64, 1e-11),
+                                       (numpy.float32, 2e-5)])
+def test_channel_blocks_equal_the_nchw_path(offset, dtype, tol):
+    """Channel-major x and gy go through the channel blocks (one-pass
+    statistics and an uncentered backward at offsets 0 and 3, both
+    centered at 50); NCHW copies go the other way: the same results."""
+    x, gamma, beta, gy = _data((4, 5, 3, 3), dtype, seed=27, offset=offset)
+    results = []
+    for to in (numpy.ascontiguousarray, _channel_major):
+        xv = minichain.Variable(to(x))
+        y = F.batch_normalization(xv, gamma, beta)
+        y.grad = to(gy)
+        y.backward()
+        results.append((y.array, xv.grad))
+    for a, b in zip(*results):
+        numpy.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
 def test_residual_errors_name_function_and_shapes():
     x, gamma, beta, _ = _data((4, 3, 2, 2), numpy.float32)
     with pytest.raises(ValueError, match=r'batch_normalization: residual '
