@@ -132,6 +132,7 @@ def chunking(request, monkeypatch):
     if request.param is not None:
         columns, nbytes, flip_min = request.param[:3]
         monkeypatch.setattr(_im2col, '_MIN_COLUMNS', columns)
+        monkeypatch.setattr(_im2col, '_MIN_COLUMNS_THREADED', columns)
         monkeypatch.setattr(_im2col, '_CHUNK_BYTES', nbytes)
         if flip_min is not None:
             monkeypatch.setattr(_im2col, '_FLIP_MIN_COLUMNS', flip_min)
