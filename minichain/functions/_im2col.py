@@ -286,7 +286,7 @@ def conv_grad_w(x, gy, g, groups, w_shape):
                                               per_image // g.oh))
     acc = parts[0]
     for part in parts[1:]:  # W-sized, split too (the GPU has one part)
-        _parallel.elementwise(lambda o, q: numpy.add(o, q, out=o), acc, part)
+        _parallel.add_into(acc, part)
     if flip:
         acc = numpy.ascontiguousarray(acc.transpose(0, 2, 1))
     return acc.reshape(w_shape)

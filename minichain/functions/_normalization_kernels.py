@@ -85,8 +85,7 @@ def finish(y, residual, relu):
     so the values are those of the separate ops."""
     if isinstance(y, numpy.ndarray):
         if residual is not None:
-            _parallel.elementwise(lambda o, r: numpy.add(o, r, out=o),
-                                  y, residual)
+            _parallel.add_into(y, residual)
         if relu:
             zero = y.dtype.type(0)
             _parallel.elementwise(lambda o: numpy.maximum(o, zero, out=o), y)
@@ -128,7 +127,7 @@ def cpu_backward(x, gamma, gy, mean, inv_std, centered, lay):
     a = gamma * inv_std
     gx = channel_op(numpy.multiply, src, -q, lay,
                     out=src if centered else None)
-    _parallel.elementwise(lambda o, g: numpy.add(o, g, out=o), gx, gy)
+    _parallel.add_into(gx, gy)
     channel_op(numpy.multiply, gx, a, lay, out=gx)
     channel_op(numpy.add, gx, a * r, lay, out=gx)
     return gx, ggamma, gbeta

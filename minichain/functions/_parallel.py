@@ -102,6 +102,12 @@ def elementwise(kernel, out, *arrays):
     return out
 
 
+def add_into(out, a):
+    """``out += a`` (one shape), by blocks over the threads as
+    :func:`elementwise` cuts them. Returns out."""
+    return elementwise(lambda o, b: numpy.add(o, b, out=o), out, a)
+
+
 def product_threads():
     """Threads a product started now may use: 1 inside a share of a split
     (no nesting), else the current op's count."""

@@ -183,3 +183,15 @@ def test_a_forked_child_runs_splits_on_threads_of_its_own(op_threads):
     assert not alive, 'the forked child hung on its inherited pool'
     a = numpy.arange(12.0).reshape(4, 3)
     assert queue.get(timeout=5) == [3, 7, float((a @ a.T).sum())]
+
+
+def test_add_into_adds_in_place_on_two_threads(two_threads):
+    rng = numpy.random.default_rng(3)
+    a, b = rng.standard_normal((2, 9, 5))
+    want = a + b
+    out = a.copy()
+    assert _parallel.add_into(out, b) is out
+    numpy.testing.assert_array_equal(out, want)
+    view = a.copy().transpose(1, 0)  # any strides
+    _parallel.add_into(view, b.T)
+    numpy.testing.assert_array_equal(view, want.T)
