@@ -18,6 +18,11 @@ the ratios.
 With ``--repeat K`` the pair of workers is started K times (each run's own
 median ratio is listed next to the median over all pairs).
 
+With ``--against DIR`` a third worker runs the minichain of another
+checkout (``git worktree add /tmp/before <commit>``) in the same turns, and
+a line gives this checkout's speed against it: how a change is measured
+step for step when two runs minutes apart differ by more than the change.
+
 PyTorch is optional: without it the ratios are left out (``make bench``
 installs the CPU build into the bench's own environment).
 """
@@ -72,11 +77,18 @@ def step_flops(batch, size, stem):
     return 3 * 2 * conv_macs(batch, size, stem)
 
 
-def minichain_step(batch, size, stem):
-    """A function running one minichain training step; returns its seconds."""
-    sys.path.insert(0, ROOT)
+def minichain_step(batch, size, stem, root=ROOT):
+    """A function running one minichain training step (minichain and its
+    ResNet-50 from the checkout ``root``); returns its seconds."""
+    sys.path.insert(0, root)
+    import minichain
     from minichain import host, optimizers
     from models.resnet import ResNet50, loss_and_accuracy
+    where = os.path.dirname(os.path.dirname(os.path.abspath(
+        minichain.__file__)))
+    if os.path.realpath(where) != os.path.realpath(root):
+        raise RuntimeError('resnet50_step: minichain came from {}, not from '
+                           'the checkout {}'.format(where, root))
     host.tune_malloc()  # reuse freed activation buffers (minichain.host)
     model = ResNet50(1000, stem=stem)
     opt = optimizers.MomentumSGD(lr=0.01, momentum=0.9).setup(model)
@@ -98,7 +110,8 @@ def torch_step(batch, size, stem, threads):
 
 def worker(args):
     if args.worker == 'minichain':
-        step = minichain_step(args.batch, args.size, args.stem)
+        step = minichain_step(args.batch, args.size, args.stem,
+                              args.root or ROOT)
     else:
         step = torch_step(args.batch, args.size, args.stem, args.threads)
     _interleave.serve(step, args.warmup,
@@ -108,9 +121,12 @@ def worker(args):
 
 def start(name, batch, size, stem, args):
     """A warmed-up worker process for framework ``name``."""
-    cmd = [sys.executable, os.path.abspath(__file__), '--worker', name,
+    cmd = [sys.executable, os.path.abspath(__file__), '--worker',
+           'minichain' if name == 'before' else name,
            '--batch', str(batch), '--size', str(size), '--stem', stem,
            '--warmup', str(args.warmup), '--threads', str(args.threads)]
+    if name == 'before':
+        cmd += ['--root', args.against]
     # BLAS reads its thread count when NumPy loads it: set it beforehand.
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.threads),
                OMP_NUM_THREADS=str(args.threads),
@@ -172,8 +188,12 @@ def main():
                    help='seconds of pause before each step')
     p.add_argument('--timeout', type=float, default=900,
                    help='seconds to wait for any one answer of a worker')
+    p.add_argument('--against', metavar='DIR',
+                   help='another checkout whose minichain takes turns too '
+                        '(the "before" worker)')
     p.add_argument('--worker', choices=['minichain', 'torch'],
                    help=argparse.SUPPRESS)
+    p.add_argument('--root', help=argparse.SUPPRESS)
     p.add_argument('--batch', type=int, help=argparse.SUPPRESS)
     p.add_argument('--size', type=int, help=argparse.SUPPRESS)
     p.add_argument('--stem', help=argparse.SUPPRESS)
@@ -188,6 +208,13 @@ def main():
               'it in .venv-bench)')
     if args.threads < 1:
         p.error('--threads must be at least 1')
+    if args.against:
+        if not os.path.isfile(os.path.join(args.against, 'minichain',
+                                           '__init__.py')):
+            p.error('--against {}: no minichain/__init__.py there (give a '
+                    'checkout, e.g. git worktree add /tmp/before HEAD~1)'
+                    .format(args.against))
+        names.insert(1, 'before')
     print('{} thread(s) per framework; workers take turns, {} s apart'
           .format(args.threads, args.gap))
     print('{:<10} {:>5} {:>4} {:>9} {:>8} {:>8} {:>6} {:>9}'.format(
@@ -211,18 +238,27 @@ def report(names, batch, size, stem, runs, peak):
         print('{:<10} {:>5} {:>4} {:>9.3f} {:>8.2f} {:>8.1f} {:>5.0f}% '
               '{:>9.0f}'.format(name, batch, size, med, batch / med, gflops,
                                 100 * gflops / peak, rss))
-    if names != ['minichain', 'torch']:
-        return None
-    per_run = [[r['torch'] / r['minichain'] for r in rounds]
+    pairs = None
+    if 'minichain' in names and 'torch' in names:
+        pairs = _ratio_line(runs, 'torch', 'PyTorch', batch, size)
+    if 'minichain' in names and 'before' in names:
+        _ratio_line(runs, 'before', 'before', batch, size)
+    return pairs
+
+
+def _ratio_line(runs, other, label, batch, size):
+    """Print minichain's speed and peak memory against worker ``other``
+    (its step time / minichain's, per round); returns the pair ratios."""
+    per_run = [[r[other] / r['minichain'] for r in rounds]
                for rounds, _ in runs]
     pairs = [v for run in per_run for v in run]
     mem = (max(m['minichain'] for _, m in runs)
-           / max(m['torch'] for _, m in runs))
+           / max(m[other] for _, m in runs))
     spread = '' if len(runs) < 2 else '; per run {}'.format(', '.join(
         '{:.2f}'.format(float(numpy.median(run))) for run in per_run))
-    print('  ratio minichain/PyTorch at batch {} / {} px: speed {:.2f}x '
+    print('  ratio minichain/{} at batch {} / {} px: speed {:.2f}x '
           '(median of {} step pairs, {:.2f}-{:.2f}{}), peak memory {:.2f}x'
-          .format(batch, size, float(numpy.median(pairs)), len(pairs),
+          .format(label, batch, size, float(numpy.median(pairs)), len(pairs),
                   min(pairs), max(pairs), spread, mem))
     return pairs
 
