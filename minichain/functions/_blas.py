@@ -98,25 +98,25 @@ def _get(name):
     return _routines.get(name)
 
 
-def _vectors(*arrays):
-    """The BLAS prefix when all arrays are 1-D, contiguous, writable where
-    written, of one length and one float32/float64 dtype; else None."""
-    a = arrays[0]
-    p = _PREFIX.get(getattr(a, 'dtype', None))
-    if p is None or any(
-            not isinstance(b, numpy.ndarray) or b.ndim != 1
-            or b.dtype != a.dtype or b.shape != a.shape
-            or not b.flags.c_contiguous for b in arrays):
+def _routine(op, x, y):
+    """The routine ``op`` for ``x`` and the written ``y`` when both are 1-D
+    contiguous NumPy arrays of one length and one float32/float64 dtype,
+    ``y`` writable, and the BLAS has it; else None."""
+    p = _PREFIX.get(getattr(x, 'dtype', None))
+    if p is None or not all(
+            isinstance(b, numpy.ndarray) and b.ndim == 1
+            and b.dtype == x.dtype and b.shape == x.shape
+            and b.flags.c_contiguous for b in (x, y)) \
+            or not y.flags.writeable:
         return None
-    return p
+    return _get(p + op)
 
 
 def axpby(alpha, x, beta, y):
     """``y = alpha * x + beta * y`` in place; True when done, False (y
-    untouched) where the BLAS cannot: see :func:`_vectors`."""
-    p = _vectors(x, y)
-    f = p and _get(p + 'axpby')
-    if not f or not y.flags.writeable:
+    untouched) where the BLAS cannot: see :func:`_routine`."""
+    f = _routine('axpby', x, y)
+    if f is None:
         return False
     f(y.size, alpha, x.ctypes.data, 1, beta, y.ctypes.data, 1)
     return True
@@ -125,9 +125,8 @@ def axpby(alpha, x, beta, y):
 def axpy(alpha, x, y):
     """``y += alpha * x`` in place; True when done, False as
     :func:`axpby`."""
-    p = _vectors(x, y)
-    f = p and _get(p + 'axpy')
-    if not f or not y.flags.writeable:
+    f = _routine('axpy', x, y)
+    if f is None:
         return False
     f(y.size, alpha, x.ctypes.data, 1, y.ctypes.data, 1)
     return True

@@ -77,9 +77,9 @@ def momentum_sgd(param, v, grad, tmp, lr, momentum):
     (``tmp`` is scratch of grad's shape).
 
     A kernel like the ops' ones, although the update runs outside any op:
-    its passes over ResNet-50's 25.5 million parameters took 71 ms per
-    step on one thread and 42 ms on two when it became one (2-core
-    machine, 2026-12-01). Where the BLAS can be called directly
+    split over two threads, its passes over ResNet-50's 25.5 million
+    parameters took 42 ms per step against 71 ms on one (2-core machine,
+    2026-12-01). Where the BLAS can be called directly
     (``_blas.py``) each block is its axpby and axpy, two passes instead
     of four, with the same values up to rounding and the same on any
     number of threads: 42 ms against 54 ms for the NumPy passes, on two
