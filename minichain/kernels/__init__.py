@@ -1,0 +1,96 @@
+"""The kernel seam: how fast an op runs, kept apart from what it computes.
+
+An op's ``forward`` states its mathematics in plain ``xp`` code; that is
+the teaching path, and it runs whenever no kernel takes the arrays at hand.
+A *kernel* is a faster way to compute the same forward for one kind of
+array (``'onednn'`` and ``'numpy'`` for NumPy arrays, ``'cuda'`` for CuPy
+arrays). ``FunctionNode.apply`` calls :func:`forward`, which tries the
+kernels registered for the node's type on that device, in order of
+preference, and falls back to the body. Op modules never import this
+package: the kernels know the ops, the ops do not know the kernels (as
+tinygrad's tensor code knows no runtime).
+
+The contract of a kernel: ``kernel(node, inputs)`` takes the node (for its
+hyper-parameters) and the tuple of input arrays, and returns either the
+tuple of output arrays that ``node.forward(inputs)`` would return, having
+made the same ``retain_inputs`` / ``retain_outputs`` calls and set the same
+attributes that the node's backward reads, or ``None`` to decline (a shape,
+dtype or layout it does not take); then the next kernel, and finally the
+body, runs. Every registered kernel is tested against its op's body.
+
+Kernel packages register themselves when first imported; this module
+imports them lazily, on the first forward on their device, so that
+``import minichain`` stays light and no import circle runs through here.
+"""
+import importlib
+import os
+
+import numpy
+
+__all__ = ['register', 'registered', 'forward', 'backends_for']
+
+# (node type, backend name) -> kernel
+_registry = {}
+# backend name -> module that registers its kernels when imported
+_PACKAGES = {'numpy': 'minichain.kernels.numpy',
+             'onednn': 'minichain.kernels.onednn',
+             'cuda': 'minichain.kernels.cuda'}
+_loaded = set()
+
+
+def register(node_type, backend, kernel):
+    """Make ``kernel`` the ``backend`` kernel of ``node_type``'s forward."""
+    if backend not in _PACKAGES:
+        raise ValueError('kernels.register: unknown backend {!r} for {}; '
+                         'known: {}'.format(backend, node_type.__name__,
+                                            ', '.join(sorted(_PACKAGES))))
+    _registry[node_type, backend] = kernel
+
+
+def registered(node_type, backend):
+    """The kernel registered for ``node_type`` on ``backend``, or None."""
+    _load(backend)
+    return _registry.get((node_type, backend))
+
+
+def _load(backend):
+    if backend in _loaded:
+        return
+    _loaded.add(backend)
+    try:
+        importlib.import_module(_PACKAGES[backend])
+    except ModuleNotFoundError as e:
+        # A backend package not written yet (or removed) has no kernels.
+        if e.name != _PACKAGES[backend]:
+            raise
+
+
+def backends_for(inputs):
+    """The kernel backends to try for these input arrays, best first."""
+    first = next((a for a in inputs if a is not None), None)
+    if isinstance(first, numpy.ndarray):
+        return _cpu_backends()
+    if first is not None and type(first).__module__.startswith('cupy'):
+        return ('cuda',)
+    return ()
+
+
+def _cpu_backends():
+    # The oneDNN backend decides itself whether its library loaded and
+    # whether config.use_onednn lets it run; it declines otherwise.
+    if os.environ.get('MINICHAIN_KERNELS', '1') == '0':
+        return ()
+    return ('onednn', 'numpy')
+
+
+def forward(node, inputs):
+    """Run ``node``'s forward on ``inputs``: the first kernel that takes
+    them, else the node's own body."""
+    node_type = type(node)
+    for backend in backends_for(inputs):
+        kernel = registered(node_type, backend)
+        if kernel is not None:
+            outputs = kernel(node, inputs)
+            if outputs is not None:
+                return outputs
+    return node.forward(inputs)
