@@ -10,6 +10,10 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --upgrade pip
 	$(VENV)/bin/python -m pip install -e '.[test]'
+	@# Until 2026-12 the distribution was named minichain (taken on PyPI by
+	@# another project): an editable install under that name in an old
+	@# .venv would register the pytest plugin twice.
+	$(VENV)/bin/python -m pip uninstall -y -q minichain 2>/dev/null || true
 	touch $(STAMP)
 
 # MINICHAIN_REQUIRE_MPI: a multi-rank test fails (saying what to install)

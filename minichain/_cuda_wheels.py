@@ -88,5 +88,6 @@ def toolkit_problem(cupy):
             package('headers', major)))
     if not missing:
         return ''
-    return ('{} not found; the GPU extra installs both: pip install '
-            '"minichain[cuda{}]"'.format(' and '.join(missing), major or 12))
+    return ('{} not found; the GPU extra installs both (in a minichain '
+            'checkout: pip install -e ".[cuda{}]")'.format(
+                ' and '.join(missing), major or 12))

@@ -84,9 +84,10 @@ def check_cuda_available():
     if _cupy() is None:
         raise RuntimeError(
             'minichain: CuPy is not installed or failed to import ({}); '
-            'install the GPU extra for your CUDA version: pip install '
-            '"minichain[cuda12]" or "minichain[cuda13]"'.format(
-                _cupy_import_error))
+            'install CuPy for your CUDA version (pip install '
+            '"cupy-cuda12x[ctk]" nvidia-nccl-cu12, or -cuda13x / -cu13; in '
+            'a minichain checkout: pip install -e ".[cuda12]" or '
+            '".[cuda13]")'.format(_cupy_import_error))
     if not gpu_available():
         raise RuntimeError(
             'minichain: CuPy is installed but no CUDA device is available '

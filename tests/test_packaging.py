@@ -9,6 +9,7 @@ Each of them is checked here.
 import configparser
 import fnmatch
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,11 @@ EXTRAS = {
                     'matplotlib', 'tqdm'],
 }
 PLUGIN = 'minichain.dist.pytest_plugin'
+# Our distribution's name. "minichain" on PyPI is somebody else's project
+# (0.3.3, a library for language models): our old install line, the bare
+# name with the extra mpi in brackets, installed that, so no line of ours
+# may say it.
+DIST_NAME = 'minichain-autodiff'
 
 
 def _toml(path):
@@ -70,7 +76,7 @@ def test_license_file_matches_the_declared_license(pyproject):
 
 def test_metadata_is_in_pyproject_only(pyproject):
     project = pyproject['project']
-    assert project['name'] == 'minichain'
+    assert project['name'] == DIST_NAME
     assert project['dynamic'] == ['version']
     assert pyproject['tool']['setuptools']['dynamic']['version'] == {
         'attr': 'minichain.__version__'}
@@ -134,7 +140,7 @@ def wheel(tmp_path_factory):
                            '-q', '-w', str(out), str(source)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    found = list(out.glob('minichain-*.whl'))
+    found = list(out.glob(DIST_NAME.replace('-', '_') + '-*.whl'))
     assert len(found) == 1, found
     return found[0]
 
@@ -189,3 +195,29 @@ def test_pip_install_into_a_fresh_venv(wheel, tmp_path):
     done = subprocess.run([python, '-m', 'pytest', '--markers'], cwd=work,
                           capture_output=True, text=True, timeout=300)
     assert '@pytest.mark.mpi(ranks=' in done.stdout, done.stdout[-2000:]
+
+
+def _tracked_files():
+    listed = subprocess.run(['git', 'ls-files'], cwd=ROOT, text=True,
+                            capture_output=True)
+    if listed.returncode != 0:
+        pytest.skip('not a git checkout: ' + listed.stderr.strip())
+    return [ROOT / name for name in listed.stdout.splitlines()]
+
+
+def test_no_file_installs_minichain_from_pypi_by_its_bare_name():
+    # The bare name with an extra, or after pip install, names the other
+    # project.
+    # Built from pieces so that this file does not match itself.
+    bare = re.compile(r'(?<![\w.-])' + 'mini' + r'chain\[[a-z]|pip install '
+                      r'(-U |--upgrade )?"?' + 'mini' + r'chain(?![\w.-])')
+    hits = []
+    for path in _tracked_files():
+        if path.suffix in ('.png', '.gz', '.npz') or not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(errors='replace')
+                                      .splitlines(), 1):
+            if bare.search(line):
+                hits.append('{}:{}: {}'.format(
+                    path.relative_to(ROOT), number, line.strip()))
+    assert not hits, '\n'.join(hits)

@@ -1,7 +1,7 @@
 """Image files as datasets: LabeledImageDataset and ImageFolderDataset.
 
 Images are decoded with Pillow, imported only when a dataset is created
-(``pip install "minichain[image]"``). An example is ``(image, label)`` with
+(``pip install Pillow``). An example is ``(image, label)`` with
 the image as a ``(channels, height, width)`` array.
 """
 import os
@@ -22,8 +22,7 @@ def _import_pil(where):
         from PIL import Image
     except ImportError as e:
         raise ImportError('{} needs Pillow to decode images; install it with '
-                          'pip install "minichain[image]" (or pip install '
-                          'Pillow)'.format(where)) from e
+                          'pip install Pillow'.format(where)) from e
     return Image
 
 

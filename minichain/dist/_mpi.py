@@ -13,7 +13,8 @@ import numpy
 from minichain import backend
 
 INSTALL_HINT = ('minichain.dist needs mpi4py and an MPI library: '
-                'pip install mpi4py mpich   (or: pip install "minichain[mpi]")')
+                'pip install mpi4py mpich   (or, in a minichain checkout: '
+                'pip install -e ".[mpi]")')
 
 # Every single MPI message stays below this many bytes (and elements).
 # Tests lower it to exercise the chunked paths on small data.

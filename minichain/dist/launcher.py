@@ -50,7 +50,8 @@ ENV_ARGS = 'MINICHAIN_MPIEXEC_ARGS'
 
 INSTALL_HINT = (
     'no mpiexec found: install the MPICH wheel beside this Python '
-    '(pip install "minichain[mpi]", or pip install mpi4py mpich), or set '
+    '(pip install mpi4py mpich; in a minichain checkout, pip install -e '
+    '".[mpi]"), or set '
     '{}="mpirun" (plus any arguments) to use your cluster\'s MPI'
     .format(ENV))
 

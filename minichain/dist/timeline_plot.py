@@ -12,7 +12,7 @@ buckets after backward::
 
     python -m minichain.dist.timeline_plot trace.json step.png [--step -1]
 
-matplotlib is an optional dependency (``pip install "minichain[plot]"``).
+matplotlib is an optional dependency (``pip install matplotlib``).
 """
 import argparse
 import json

@@ -33,7 +33,7 @@ def require_mpi():
         launcher.mpiexec_command(1)
     except (ImportError, launcher.LauncherNotFound) as e:
         reason = (str(e) if isinstance(e, launcher.LauncherNotFound) else
-                  'mpi4py is not installed (pip install "minichain[mpi]", '
+                  'mpi4py is not installed (pip install mpi4py mpich, '
                   'or build it for your MPI: README.md, "Clusters")')
         if os.environ.get(REQUIRE) or os.environ.get(launcher.ENV, ''
                                                      ).strip():

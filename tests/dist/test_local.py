@@ -21,7 +21,7 @@ def test_missing_mpi4py_is_an_import_error_saying_how_to_install():
                   'except ImportError as e:\n    print("IMPORTERROR", e)')
     assert 'IMPORTERROR' in res.stdout, res.stderr
     assert 'pip install mpi4py mpich' in res.stdout
-    assert 'minichain[mpi]' in res.stdout
+    assert 'pip install -e ".[mpi]"' in res.stdout
 
 
 def test_unknown_communicator_lists_the_valid_names():

@@ -293,7 +293,7 @@ def test_missing_mpiexec_fails_saying_what_to_install(sessions):
                                         '(/nonexistent/mpiexec)')):
         kind, text = sessions[name].case('test_needs_mpiexec[ranks=2]')
         assert kind == 'failure', sessions[name].output
-        assert words in text and 'minichain[mpi]' in text, text
+        assert words in text and 'pip install -e ".[mpi]"' in text, text
 
 
 # -- without MPI -------------------------------------------------------------

@@ -6,7 +6,7 @@ import pytest
 from minichain.dist import timeline, timeline_plot
 
 pytest.importorskip('matplotlib', reason='matplotlib is not installed '
-                    '(pip install "minichain[plot]")')
+                    '(pip install matplotlib)')
 
 
 def _step(t0):

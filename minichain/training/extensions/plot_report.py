@@ -18,7 +18,7 @@ def _import_matplotlib():
         from matplotlib.figure import Figure
     except ImportError as e:
         raise ImportError('PlotReport needs matplotlib: pip install '
-                          '"minichain[plot]" (or pip install matplotlib)'
+                          'matplotlib'
                           ) from e
     return Figure, FigureCanvasAgg
 

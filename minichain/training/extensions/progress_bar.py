@@ -52,7 +52,7 @@ def write(text, out=None):
 class ProgressBar(extension.Extension):
     """Shows how far training is.
 
-    With tqdm installed (``pip install "minichain[progress]"``) it draws a
+    With tqdm installed (``pip install tqdm``) it draws a
     tqdm bar, never wider than the terminal, whose count follows every
     iteration and whose text is redrawn every ``update_interval``;
     otherwise it prints one plain line every ``update_interval``:
@@ -99,7 +99,7 @@ class ProgressBar(extension.Extension):
         self._tqdm = _load_tqdm() if use_tqdm is not False else None
         if use_tqdm and self._tqdm is None:
             raise ImportError('ProgressBar: use_tqdm=True but tqdm is not '
-                              'installed: pip install "minichain[progress]"')
+                              'installed: pip install tqdm')
         self._entries = list(entries)
         self._images = images_per_iteration
         self._average = {}
