@@ -21,3 +21,8 @@ def test_sequential_links_and_callables():
     assert 'relu' in repr(seq)
     with pytest.raises(TypeError, match='Link or a callable'):
         minichain.Sequential(3)
+
+
+def test_sequential_is_reachable_from_links_as_readme_lists_it():
+    from minichain import links as L
+    assert L.Sequential is minichain.Sequential

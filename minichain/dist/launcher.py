@@ -17,7 +17,8 @@ when asked; minichain's own tests use more ranks than CI's two cores, so
 ``--allow-run-as-root``) for Open MPI, ``--overcommit`` for Slurm's
 ``srun``, unless ``oversubscribe=False``.
 
-What the launchers do with a signal (README.md, "Pre-emption"):
+What the launchers do with a signal (models/README.md, "Pre-emption:
+what each launcher does with a signal"):
 
 * MPICH's Hydra ``mpiexec`` hands SIGTERM, SIGINT and SIGUSR1 to every
   rank at once, waits for the ranks however long they take, and exits with

@@ -6,3 +6,6 @@ from minichain.links.linear import *  # noqa: F401,F403
 from minichain.links.convolution import *  # noqa: F401,F403
 from minichain.links.normalization import BatchNormalization  # noqa: F401
 from minichain.links.classifier import *  # noqa: F401,F403
+# Sequential lives beside Chain (minichain.Sequential, as chainer.Sequential);
+# it is a link that holds links, so L.Sequential names it too.
+from minichain.sequential import Sequential  # noqa: F401

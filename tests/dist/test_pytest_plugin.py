@@ -22,6 +22,8 @@ from minichain.dist.pytest_plugin import MpiSpec
 PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), 'docs', 'testing.md')
 
+README = os.path.join(os.path.dirname(PAGE), os.pardir, 'README.md')
+
 # More of a user's tests, beside the ones of docs/testing.md.
 MORE = '''
 import numpy
@@ -50,6 +52,14 @@ def test_one_rank_fails():
 def test_skipped_everywhere():
     pytest.skip('not on this machine')
 '''
+
+
+def _readme_block():
+    """README's test_parallel.py, as a user would copy it into a file."""
+    with open(README) as f:
+        text = f.read()
+    start = text.index('```python\n# test_parallel.py') + len('```python\n')
+    return text[start:text.index('```', start)]
 
 
 def _page_blocks():
@@ -152,6 +162,8 @@ def sessions(tmp_path_factory):
     started = {
         'model': _start(root / 'model', {'test_parallel.py': _page_blocks()[0],
                                          'test_more.py': MORE}, ['-rA']),
+        'readme': _start(root / 'readme',
+                         {'test_parallel.py': _readme_block()}, ['-rA']),
         'hang': _start(root / 'hang', {'test_hang.py': HANG}, []),
         'in_job': _start(root / 'in_job', {'test_in_job.py': IN_JOB},
                          ['-rA'], mpiexec_n=2),
@@ -188,6 +200,14 @@ class Session:
     def case(self, name):
         assert name in self.cases, '{} not run:\n{}'.format(name, self.output)
         return self.cases[name]
+
+
+@pytest.mark.mpi
+def test_readme_example_passes_as_a_user_would_copy_it(sessions):
+    readme = sessions['readme']
+    for k in (2, 3, 4):
+        assert readme.case('test_my_model_trains_like_one_process[ranks={}]'
+                           .format(k))[0] == 'passed', readme.output
 
 
 @pytest.mark.mpi
