@@ -167,9 +167,12 @@ class CommunicatorBase(CollectivesMixin):
         """:meth:`multi_node_mean_grad`; returns the number of ranks that
         contributed (``active``: see :func:`safety.plan_grads`)."""
         with self._wire.collective('multi_node_mean_grad'):
-            entries, n_active = safety.plan_grads(
-                self._wire, model.namedparams(), zero_fill,
-                self._layout_extra(model), step, active)
+            # The header is the step's first collective: a rank that arrives
+            # early waits here for the slower one, so the timeline names it.
+            with timeline.span('sync'):
+                entries, n_active = safety.plan_grads(
+                    self._wire, model.namedparams(), zero_fill,
+                    self._layout_extra(model), step, active)
             if entries:
                 self._mean_grads(model, entries)
         return n_active

@@ -10,7 +10,9 @@ environment), or around some steps with the context manager::
             opt.update(model, x, t)
 
 While recording, every rank notes the start and end of ``forward``,
-``backward`` and ``update`` (timed by the multi-node optimizer), ``pack``,
+``backward`` and ``update`` (timed by the multi-node optimizer), ``sync``
+(the agreement header before an averaging after backward: where a rank
+that finished backward early waits for the slower one), ``pack``,
 ``allreduce``, ``unpack`` and ``bcast`` (timed by the communicators), with
 the bytes moved; an overlapped averaging (:mod:`minichain.dist.overlap`)
 adds the instant each gradient is final (``grad``) and each bucket is
@@ -48,7 +50,7 @@ ENV = 'MINICHAIN_TIMELINE'
 CATEGORIES = ('compute', 'copy', 'comm')  # tid = index
 _CATEGORY = {'forward': 'compute', 'backward': 'compute', 'update': 'compute',
              'grad': 'compute', 'pack': 'copy', 'unpack': 'copy'}
-_ORDER = ('forward', 'backward', 'grad', 'ready', 'pack', 'allreduce',
+_ORDER = ('forward', 'backward', 'grad', 'ready', 'sync', 'pack', 'allreduce',
           'bucket', 'wait', 'unpack', 'update', 'bcast')
 _MAX_ROWS = 8
 
@@ -285,8 +287,9 @@ def summarize(trace):
     counts = [len(r) for r in ranks] + [0] * (p - len(ranks))
     if len(set(counts)) > 1:
         lines.append('warning: allreduces per rank differ: {}'.format(counts))
+    lines += _waits(trace, p)
     if count == 0:
-        return '\n'.join(lines + ['no allreduce recorded'])
+        return '\n'.join(lines + _buckets(trace, p))
     lines.append('{:>9} {:>12} {:>10} {:>12} {:>12}'.format(
         'allreduce', 'bytes', 'ms', 'algbw GB/s', 'busbw GB/s'))
     factor = 2.0 * (p - 1) / p
@@ -301,6 +304,37 @@ def summarize(trace):
         lines.append('{:>9}'.format('...'))
     lines.append(_row('all {}'.format(count), sum_bytes, sum_us, factor))
     return '\n'.join(lines)
+
+
+def _waits(trace, p):
+    """Where the ranks waited for each other, rank by rank: ``sync`` (the
+    header of an averaging after backward) and ``wait`` (the exposed end of
+    an overlapped one). One rank's long wait is the other's slow step."""
+    lines = []
+    for name, what in (('sync', 'waiting in the header for the slower rank'),
+                       ('wait', 'waiting after backward for the buckets '
+                                '(and the slower rank)')):
+        ranks = _by_rank(trace, name)
+        if ranks:
+            lines.append('{}: ms per rank: {}'.format(what, ', '.join(
+                '{} {:.3f}'.format(r[0]['pid'], sum(e['dur'] for e in r) / 1e3)
+                for r in ranks)))
+    return lines
+
+
+def _buckets(trace, p):
+    """The overlapped averaging's buckets, when there is no allreduce after
+    backward to list."""
+    ranks = _by_rank(trace, 'bucket')
+    if not ranks:
+        return ['no allreduce recorded']
+    count = min(len(r) for r in ranks)
+    nbytes = sum(e['args'].get('bytes', 0) for e in ranks[0][:count])
+    return ['allreduce overlapped with backward: {} bucket{} a rank, {:,.0f} '
+            'bytes, {:.3f} ms in flight (mean over ranks, launch to seen '
+            'complete)'.format(count, '' if count == 1 else 's', nbytes,
+                               sum(e['dur'] for r in ranks for e in r[:count])
+                               / len(ranks) / 1e3)]
 
 
 def _row(label, nbytes, us, factor):

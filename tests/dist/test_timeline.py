@@ -85,6 +85,27 @@ def test_summary_flags_ranks_that_disagree():
     assert 'no allreduce recorded' in timeline.summarize(trace)
 
 
+def test_summary_names_the_waits_and_the_overlapped_buckets():
+    # Overlapped: no allreduce after backward, buckets in flight during it
+    # and the exposed wait after it; rank 1 was slower, so rank 0 waited.
+    rank0 = [('bucket', 0.0, 2e-3, 1000), ('bucket', 1e-3, 4e-3, 500),
+             ('wait', 4e-3, 9e-3, None)]
+    rank1 = [('bucket', 0.0, 2e-3, 1000), ('bucket', 1e-3, 4e-3, 500),
+             ('wait', 4e-3, 5e-3, None)]
+    text = timeline.summarize(timeline.to_trace([rank0, rank1]))
+    assert 'no allreduce recorded' not in text
+    assert ('allreduce overlapped with backward: 2 buckets a rank, 1,500 '
+            'bytes, 5.000 ms in flight') in text, text
+    assert ('waiting after backward for the buckets (and the slower rank): '
+            'ms per rank: 0 5.000, 1 1.000') in text, text
+    # After backward: the header's sync is the wait.
+    text = timeline.summarize(timeline.to_trace(
+        [[('sync', 0, 7e-3, None), ('allreduce', 7e-3, 8e-3, 8)],
+         [('sync', 6e-3, 7e-3, None), ('allreduce', 7e-3, 8e-3, 8)]]))
+    assert ('waiting in the header for the slower rank: ms per rank: '
+            '0 7.000, 1 1.000') in text, text
+
+
 def test_record_writes_trace_and_summary(tmp_path):
     printed = []
     path = tmp_path / 'trace.json'

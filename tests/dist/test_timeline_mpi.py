@@ -45,17 +45,20 @@ def test_trace_structure_and_every_allreduce_on_every_rank(
                           'args'}, e
         assert e['tid'] == timeline.CATEGORIES.index(e['cat'])
         assert e['ts'] >= 0 and e['dur'] >= 0
-        assert ('bytes' in e['args']) == (e['cat'] != 'compute'), e
+        # The waits (the header's sync) move no bytes of their own.
+        assert ('bytes' in e['args']) == (
+            e['cat'] != 'compute' and e['name'] != 'sync'), e
     assert {e['pid'] for e in complete} == set(range(n))
     steps, mean_grads, per_call = EXPECTED[name]
     per_rank = {}
     for r in range(n):
         mine = [e for e in complete if e['pid'] == r]
         counts = {k: sum(e['name'] == k for e in mine) for k in
-                  ('forward', 'backward', 'update', 'bcast', 'pack',
+                  ('forward', 'backward', 'update', 'bcast', 'sync', 'pack',
                    'allreduce', 'unpack')}
         assert counts == {'forward': steps, 'backward': steps,
                           'update': mean_grads, 'bcast': 1,
+                          'sync': mean_grads,
                           'pack': mean_grads * per_call,
                           'allreduce': mean_grads * per_call,
                           'unpack': mean_grads * per_call}, (r, counts)
@@ -82,3 +85,26 @@ def test_rank0_prints_one_summary_per_trace(n, ending, tmp_path_factory):
     assert output.count('timeline: {} ranks'.format(n)) == 2
     if ending == 'finalize':
         assert 'after finalize, env.json exists: True' in output
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize('n, ending', [(2, 'atexit'), (3, 'finalize')])
+def test_the_wait_for_the_slower_rank_is_recorded_and_summarized(
+        n, ending, tmp_path_factory):
+    # In ctx.json the last rank sleeps SLOW_S (50 ms) before each of its 2
+    # steps' forward: the others reach the averaging's header that much
+    # earlier and wait there, which the trace records as 'sync' and the
+    # summary names rank by rank. Half the sleeps' total leaves room for
+    # a loaded machine to shift the ranks' arrivals.
+    require_mpi()
+    out, output = _job(n, ending, tmp_path_factory)
+    trace = json.loads((out / 'ctx.json').read_text())
+    sync_ms = [sum(e['dur'] for e in trace['traceEvents']
+                   if e['ph'] == 'X' and e['name'] == 'sync' and
+                   e['pid'] == r) / 1e3 for r in range(n)]
+    assert min(sync_ms[:-1]) > 50, sync_ms
+    assert sync_ms[-1] < min(sync_ms[:-1]), sync_ms
+    summary = timeline.summarize(trace)
+    assert 'waiting in the header for the slower rank: ms per rank: 0 ' \
+        in summary, summary
+    assert 'waiting in the header for the slower rank' in output

@@ -1,7 +1,8 @@
 """Timelines and explain under mpiexec: ``timeline_job.py OUT MODE``.
 
 MODE ``atexit`` or ``finalize``: a naive communicator trains inside
-``timeline.record(OUT/ctx.json)``; then ``MINICHAIN_TIMELINE=OUT/env.json``
+``timeline.record(OUT/ctx.json)``, its last rank SLOW_S slower each step
+than the others; then ``MINICHAIN_TIMELINE=OUT/env.json``
 is set and a flat communicator trains, its trace written by
 ``comm.finalize()`` (``finalize``) or at process exit (``atexit``).
 Each training: ``steps`` updates with a loss function (the first only
@@ -12,6 +13,7 @@ OUT/explain<rank>.txt (rank 0 also prints it).
 """
 import os
 import sys
+import time
 
 import numpy
 
@@ -23,6 +25,9 @@ from minichain.dist import timeline  # noqa: E402
 from _models import MLP  # noqa: E402
 
 
+SLOW_S = 0.05  # the last rank's extra time per step in the ctx.json run
+
+
 def make_model(comm):
     model = MLP()
     rng = numpy.random.default_rng(comm.rank)
@@ -31,12 +36,18 @@ def make_model(comm):
     return model, x, t
 
 
-def train(comm, steps):
+def train(comm, steps, slow_rank=None):
     model, x, t = make_model(comm)
     opt = dist.create_multi_node_optimizer(optimizers.SGD(lr=0.1), comm)
     opt.setup(model)
+
+    def loss(x, t):
+        if comm.rank == slow_rank:
+            time.sleep(SLOW_S)  # the others wait for this rank in the header
+        return F.softmax_cross_entropy(model(x), t)
+
     for _ in range(steps):
-        opt.update(lambda x, t: F.softmax_cross_entropy(model(x), t), x, t)
+        opt.update(loss, x, t)
     opt.update()  # the gradients of the last step, averaged again
 
 
@@ -52,7 +63,7 @@ def main(out_dir, mode):
         return
     naive = dist.create_communicator('naive')
     with timeline.record(os.path.join(out_dir, 'ctx.json'), naive):
-        train(naive, 2)
+        train(naive, 2, slow_rank=naive.size - 1)
     assert timeline.active is None
     path = os.path.join(out_dir, 'env.json')
     os.environ[timeline.ENV] = path
