@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: test train clean cuda-check test-openmpi test-slurm
+.PHONY: test test-other-cpu train clean cuda-check test-openmpi test-slurm
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,17 @@ $(STAMP): setup.cfg pyproject.toml
 # instead of skipping when no launcher is found.
 test: $(STAMP)
 	MINICHAIN_REQUIRE_MPI=1 $(VENV)/bin/python -m pytest
+
+# `make test-other-cpu`: the single-process tests again with one BLAS (and
+# minichain) thread and OpenBLAS's AVX2 kernels (Haswell), so that CI on
+# one machine also sees another summation order than the first leg's (the
+# machine's own kernels, its thread count). A test whose outcome hinges on
+# rounding fails in one of the two legs.
+OTHER_CPU ?= OPENBLAS_NUM_THREADS=1 OPENBLAS_CORETYPE=Haswell
+
+test-other-cpu: $(STAMP)
+	$(OTHER_CPU) MINICHAIN_REQUIRE_MPI=1 $(VENV)/bin/python -m pytest \
+	  -m 'not mpi' -q
 
 # `make train`: ResNet-50 on Fashion-MNIST, data parallel over 2 MPI ranks
 # (README.md, "Training ResNet-50"). DATA_DIR=... uses your own copy of the
