@@ -113,7 +113,7 @@ def test_image_folder_errors(tmp_path):
 
 def test_missing_pillow_gives_clear_import_error(monkeypatch):
     monkeypatch.setitem(sys.modules, 'PIL', None)
-    with pytest.raises(ImportError, match=r'minichain\[image\]'):
+    with pytest.raises(ImportError, match='pip install Pillow'):
         LabeledImageDataset([])
 
 

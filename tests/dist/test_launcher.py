@@ -35,7 +35,8 @@ def test_extra_arguments_go_before_the_rank_count(monkeypatch):
 def test_missing_launcher_says_what_to_install(monkeypatch):
     monkeypatch.delenv(launcher.ENV, raising=False)
     monkeypatch.setattr(launcher, 'find_mpiexec', lambda python=None: None)
-    with pytest.raises(launcher.LauncherNotFound, match='minichain\\[mpi\\]'):
+    with pytest.raises(launcher.LauncherNotFound,
+                       match='pip install mpi4py mpich'):
         launcher.mpiexec_command(2)
 
 
