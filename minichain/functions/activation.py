@@ -7,7 +7,7 @@ as soon as the next layer has consumed it.
 """
 from minichain import backend
 from minichain.function_node import FunctionNode
-from minichain.functions import _cpu_kernels
+from minichain.kernels.numpy import _cpu_kernels
 from minichain.functions import math as _math
 from minichain.functions import reduction as _reduction
 from minichain.functions._check import check_float, normalize_axis, unwrap

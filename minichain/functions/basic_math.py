@@ -8,7 +8,7 @@ import numpy
 from minichain import backend
 from minichain.function_node import FunctionNode
 from minichain.variable import Variable, as_array
-from minichain.functions import _cpu_kernels
+from minichain.kernels.numpy import _cpu_kernels
 from minichain.functions import array as _array
 from minichain.functions._check import check_array, check_binary
 

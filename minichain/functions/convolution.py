@@ -8,7 +8,7 @@ the CPU, CUDA kernels + cuBLAS on the GPU).
 """
 from minichain import backend
 from minichain.function_node import FunctionNode
-from minichain.functions import _im2col
+from minichain.kernels.numpy import _im2col
 from minichain.functions._check import check_float, check_same_dtype, unwrap
 
 __all__ = ['convolution_2d', 'deconvolution_2d', 'im2col']

@@ -2,7 +2,7 @@
 import numpy
 
 from minichain.function_node import FunctionNode
-from minichain.functions import _cpu_kernels
+from minichain.kernels.numpy import _cpu_kernels
 from minichain.functions import array as _array
 from minichain.functions import basic_math as _basic_math
 from minichain.functions import reduction as _reduction

@@ -11,8 +11,8 @@ import numpy
 from minichain import backend
 from minichain.function_node import FunctionNode
 from minichain.variable import as_variable
-from minichain.functions import _normalization_kernels as K
-from minichain.functions._channels import Layout
+from minichain.kernels.numpy import _normalization_kernels as K
+from minichain.kernels.numpy._channels import Layout
 from minichain.functions._check import (check_array, check_float,
                                         check_same_dtype, normalize_axis,
                                         unwrap)

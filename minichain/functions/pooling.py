@@ -9,16 +9,16 @@ import numpy
 
 from minichain import backend
 from minichain.function_node import FunctionNode
-from minichain.functions import _im2col, _layout
+from minichain.kernels.numpy import _im2col, _layout
 from minichain.functions._check import check_float, unwrap
-from minichain.functions._phase_grid import PhaseGrid
+from minichain.kernels.numpy._phase_grid import PhaseGrid
 
 __all__ = ['max_pooling_2d', 'average_pooling_2d',
            'global_average_pooling_2d']
 
 
 def _cuda():
-    from minichain.functions import _cuda_kernels
+    from minichain.kernels.cuda import _elementwise as _cuda_kernels
     return _cuda_kernels
 
 

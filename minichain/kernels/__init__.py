@@ -25,7 +25,9 @@ imports them lazily, on the first forward on their device, so that
 import importlib
 import os
 
-import numpy
+# Not plain ``import numpy``: importing the subpackage minichain.kernels.numpy
+# binds the name ``numpy`` in this module to it.
+import numpy as _numpy
 
 __all__ = ['register', 'registered', 'forward', 'backends_for']
 
@@ -68,7 +70,7 @@ def _load(backend):
 def backends_for(inputs):
     """The kernel backends to try for these input arrays, best first."""
     first = next((a for a in inputs if a is not None), None)
-    if isinstance(first, numpy.ndarray):
+    if isinstance(first, _numpy.ndarray):
         return _cpu_backends()
     if first is not None and type(first).__module__.startswith('cupy'):
         return ('cuda',)

@@ -1,6 +1,6 @@
 """Stochastic gradient descent with (heavy-ball) momentum."""
 from minichain import backend, optimizer
-from minichain.functions import _cpu_kernels
+from minichain.kernels.numpy import _cpu_kernels
 
 __all__ = ['MomentumSGD']
 

@@ -11,7 +11,8 @@ in float64 for float64 (``_normalization_kernels.acc_dtype``).
 """
 import numpy
 
-from minichain.functions import _cuda_kernels, _normalization_kernels
+from minichain.kernels.cuda import _elementwise as _cuda_kernels
+from minichain.kernels.numpy import _normalization_kernels
 from tests.cuda.offline import array, scalar
 
 FLOATS = ('float16', 'float32', 'float64')

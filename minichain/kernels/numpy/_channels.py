@@ -10,7 +10,7 @@ channels go in blocks over the kernel's threads (:func:`per_channel`).
 """
 import numpy
 
-from minichain.functions import _layout, _parallel
+from minichain.kernels.numpy import _layout, _parallel
 
 _BLAS_DTYPES = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 # Per-channel work runs in channel blocks of about this many bytes (all

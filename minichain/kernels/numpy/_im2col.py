@@ -26,8 +26,8 @@ import numpy
 from numpy.lib.stride_tricks import as_strided
 
 from minichain import backend, host
-from minichain.functions import (_batch_last, _conv_matrices, _parallel,
-                                 _strided_pointwise)
+from minichain.kernels.numpy import (_batch_last, _conv_matrices, _parallel,
+                                     _strided_pointwise)
 from minichain.functions._geometry import (  # noqa: F401  (shared names)
     Geometry, conv_outsize, deconv_outsize, is_pointwise, window_slices)
 
@@ -96,7 +96,7 @@ def _padded_windows(x, g, ws_name=None):
 def im2col(x, g):
     """Columns of ``x`` (N, C, h, w) as a fresh (N, C, kh, kw, oh, ow) array."""
     if backend.get_array_module(x) is not numpy:
-        from minichain.functions import _cuda_kernels
+        from minichain.kernels.cuda import _elementwise as _cuda_kernels
         return _cuda_kernels.im2col(x, g, batch_major=True)
     return numpy.ascontiguousarray(_padded_windows(x, g))
 
@@ -104,7 +104,7 @@ def im2col(x, g):
 def col2im(col, g):
     """Sum (N, C, kh, kw, oh, ow) columns back into a fresh (N, C, h, w)."""
     if backend.get_array_module(col) is not numpy:
-        from minichain.functions import _cuda_kernels
+        from minichain.kernels.cuda import _elementwise as _cuda_kernels
         return _cuda_kernels.col2im(col, g, batch_major=True)
     out = numpy.zeros(col.shape[:2] + (g.h, g.w), col.dtype)
     _col2im_add(out, col, g)
@@ -160,7 +160,7 @@ def _column_builder(x, g):
     def cols(n0, n1, rows):
         b = n1 - n0
         if backend.get_array_module(x) is not numpy:
-            from minichain.functions import _cuda_kernels
+            from minichain.kernels.cuda import _elementwise as _cuda_kernels
             return _cuda_kernels.im2col(x[n0:n1], g, batch_major=False
                                         ).reshape(k, b * p)
         if is_pointwise(g):
@@ -346,7 +346,7 @@ def deconv_forward(x, W, g, groups):
     if xp is not numpy:
         xc = _conv_matrices.operand(x, 0, n, groups, None, 'x')
         col = xp.matmul(w2t, xc).reshape(c, g.kh, g.kw, n, g.oh, g.ow)
-        from minichain.functions import _cuda_kernels
+        from minichain.kernels.cuda import _elementwise as _cuda_kernels
         return _cuda_kernels.col2im(col, g, batch_major=False)
     chunks = _chunks(xp, n, c * g.kh * g.kw * p * x.dtype.itemsize, p)
     # Images-last sums (_batch_last.add_columns) where the windows

@@ -14,8 +14,8 @@ thread, the elementwise passes split over the kernel's threads.
 import numpy
 
 from minichain import backend, host
-from minichain.functions import _layout, _parallel
-from minichain.functions._channels import (acc_dtype, as3d, channel_dot,
+from minichain.kernels.numpy import _layout, _parallel
+from minichain.kernels.numpy._channels import (acc_dtype, as3d, channel_dot,
                                            channel_op, channel_sum,
                                            per_channel, views_of)
 
