@@ -75,8 +75,7 @@ _KERNEL_CLASSES = ('ElementwiseKernel', 'ReductionKernel', 'RawKernel',
                    'RawModule', 'fuse')
 # where minichain builds kernels -> the factory variants.py calls
 _FACTORIES = {('minichain/kernels/cuda/_elementwise.py', 'make_kernel'),
-              ('minichain/kernels/numpy/_normalization_kernels.py',
-               'make_kernels')}
+              ('minichain/kernels/cuda/normalization.py', 'make_kernels')}
 
 
 def _kernel_constructions():
@@ -124,7 +123,7 @@ def test_sources_built_here_equal_what_cupy_generates_on_a_device():
     launch shapes of variants.py are the real ones)."""
     from minichain import Variable
     from minichain import functions as F
-    from minichain.kernels.numpy import _normalization_kernels as K
+    from minichain.kernels.cuda import normalization as K
     ours = set()
     for _, kind, kernel, args, extra in LAUNCHES:
         for index32 in (True, False):
