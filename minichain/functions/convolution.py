@@ -400,8 +400,8 @@ def im2col(x, ksize, stride=1, pad=0, cover_all=False, dilate=1):
         raise ValueError('{}: the window ({}, dilate {}) is larger than the '
                          'padded input (x shape {}, pad {})'.format(
                              func, k, dilate, xa.shape, pad))
-    return Im2Col(_geometry_of(k, stride, pad, dilate, xa.shape[2:], out)).apply(
-        (x,))[0]
+    g = _geometry_of(k, stride, pad, dilate, xa.shape[2:], out)
+    return Im2Col(g).apply((x,))[0]
 
 
 def _convolution_2d_composite(x, W, b=None, stride=1, pad=0, cover_all=False,
