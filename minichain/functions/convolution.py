@@ -26,9 +26,9 @@ def _pair(func, name, v, minimum):
 
 
 def _geometry_of(k, stride, pad, dilate, in_size, out_size):
-    return _geometry.Geometry(k[0], k[1], stride[0], stride[1], pad[0], pad[1],
-                            dilate[0], dilate[1], in_size[0], in_size[1],
-                            out_size[0], out_size[1])
+    return _geometry.Geometry(k[0], k[1], stride[0], stride[1], pad[0],
+                              pad[1], dilate[0], dilate[1], in_size[0],
+                              in_size[1], out_size[0], out_size[1])
 
 
 def _columns(x, g):
@@ -70,9 +70,9 @@ class Convolution2D(FunctionNode):
         self.retain_inputs((0, 1))
         x, W = inputs[:2]
         k = W.shape[2:]
-        out = tuple(_geometry.conv_outsize(x.shape[2 + a], k[a], self.stride[a],
-                                         self.pad[a], self.cover_all,
-                                         self.dilate[a]) for a in (0, 1))
+        out = tuple(_geometry.conv_outsize(
+            x.shape[2 + a], k[a], self.stride[a], self.pad[a], self.cover_all,
+            self.dilate[a]) for a in (0, 1))
         g = _geometry_of(k, self.stride, self.pad, self.dilate, x.shape[2:],
                          out)
         xp = backend.get_array_module(x)
@@ -322,11 +322,11 @@ def deconvolution_2d(x, W, b=None, stride=1, pad=0, outsize=None, dilate=1,
     k = (kh, kw)
     if outsize is None:
         outsize = tuple(_geometry.deconv_outsize(xa.shape[2 + a], k[a],
-                                               stride[a], pad[a], False,
-                                               dilate[a]) for a in (0, 1))
+                                                 stride[a], pad[a], False,
+                                                 dilate[a]) for a in (0, 1))
     outsize = _pair(func, 'outsize', outsize, 1)
     fits = [all(_geometry.conv_outsize(outsize[a], k[a], stride[a], pad[a],
-                                     cover, dilate[a]) == xa.shape[2 + a]
+                                       cover, dilate[a]) == xa.shape[2 + a]
                 for a in (0, 1)) for cover in (False, True)]
     if not any(fits):
         raise ValueError('{}: outsize {} is not a size that a convolution '
@@ -394,8 +394,9 @@ def im2col(x, ksize, stride=1, pad=0, cover_all=False, dilate=1):
     stride = _pair(func, 'stride', stride, 1)
     pad = _pair(func, 'pad', pad, 0)
     dilate = _pair(func, 'dilate', dilate, 1)
-    out = tuple(_geometry.conv_outsize(xa.shape[2 + a], k[a], stride[a], pad[a],
-                                     cover_all, dilate[a]) for a in (0, 1))
+    out = tuple(_geometry.conv_outsize(xa.shape[2 + a], k[a], stride[a],
+                                       pad[a], cover_all, dilate[a])
+                for a in (0, 1))
     if min(out) < 1:
         raise ValueError('{}: the window ({}, dilate {}) is larger than the '
                          'padded input (x shape {}, pad {})'.format(

@@ -149,7 +149,7 @@ def _pool_geometry(func, x, ksize, stride, pad, cover_all):
     out = (_geometry.conv_outsize(h, k[0], s[0], p[0], cover_all),
            _geometry.conv_outsize(w, k[1], s[1], p[1], cover_all))
     return _geometry.Geometry(k[0], k[1], s[0], s[1], p[0], p[1], 1, 1, h, w,
-                            out[0], out[1])
+                              out[0], out[1])
 
 
 def max_pooling_2d(x, ksize, stride=None, pad=0, cover_all=True):

@@ -145,11 +145,11 @@ def _view_chunks(n, p):
 
 def _column_builder(x, g):
     """``cols(n0, n1, rows)``: the columns of images n0..n1 as a
-    (C*kh*kw, B*oh*ow) matrix, or with ``rows = (r0, r1)`` (one image, CPU)
+    (C*kh*kw, B*oh*ow) matrix, or with ``rows = (r0, r1)`` (one image)
     those of output rows r0..r1 only. The padded copy of an image is kept
     for its next band; make one builder per thread and call."""
     c = x.shape[1]
-    k, p = c * g.kh * g.kw, g.oh * g.ow
+    k = c * g.kh * g.kw
     last = [None, None]  # images (n0, n1) and their padded windows
 
     def cols(n0, n1, rows):
