@@ -98,7 +98,7 @@ def main():
               args.batch, args.size, args.stem, args.threads, args.rounds))
     for v in variants:
         ratios = [a / b for a, b in zip(times[v], times['all'])]
-        print('{:<26} {:7.3f} s  {:5.2f}x  ({:.2f}-{:.2f})'.format(
+        print('{:<34} {:7.3f} s  {:5.2f}x  ({:.2f}-{:.2f})'.format(
             'without ' + v if v not in ('all', 'none') else v + ' kernels',
             statistics.median(times[v]), statistics.median(ratios),
             min(ratios), max(ratios)))
