@@ -99,7 +99,8 @@ def main():
     for v in variants:
         ratios = [a / b for a, b in zip(times[v], times['all'])]
         print('{:<34} {:7.3f} s  {:5.2f}x  ({:.2f}-{:.2f})'.format(
-            'without ' + v if v not in ('all', 'none') else v + ' kernels',
+            {'all': 'all kernels', 'none': 'bodies only'}.get(
+                v, 'without ' + v),
             statistics.median(times[v]), statistics.median(ratios),
             min(ratios), max(ratios)))
 
