@@ -1,7 +1,9 @@
 """Where a ResNet-50 training step spends its time, op by op, on the CPU.
 
-Every FunctionNode's ``forward`` is timed (the outermost one only, so an op
-that calls another is not counted twice). Backward work shows up under the
+Every FunctionNode's forward is timed where ``FunctionNode.apply`` runs it,
+at the kernel seam (its kernel, or its body where no kernel takes the
+arrays; the outermost one only, so an op that calls another is not counted
+twice). Backward work shows up under the
 nodes that backward creates: ``Deconvolution2D`` is a convolution's input
 gradient, ``Convolution2DGradW`` its weight gradient, ``*Grad`` the
 gradients of batch normalization, ReLU and pooling. "other" is the rest of
@@ -40,34 +42,25 @@ import numpy
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _subclasses(cls):
-    for sub in cls.__subclasses__():
-        yield sub
-        yield from _subclasses(sub)
-
-
 def instrument(seconds):
-    """Wrap every FunctionNode subclass's own forward to add its time."""
-    import minichain.functions  # noqa: F401  (defines every node class)
-    from minichain.function_node import FunctionNode
+    """Wrap the kernel seam (``minichain.kernels.forward``, which runs a
+    node's kernel, or its body where no kernel takes the arrays) to add
+    each node type's time."""
+    from minichain import kernels
     depth = threading.local()
+    real = kernels.forward
 
-    def wrap(cls, forward):
-        def timed(self, inputs):
-            if getattr(depth, 'n', 0):
-                return forward(self, inputs)
-            depth.n = 1
-            start = time.perf_counter()
-            try:
-                return forward(self, inputs)
-            finally:
-                seconds[cls.__name__] += time.perf_counter() - start
-                depth.n = 0
-        return timed
-
-    for cls in set(_subclasses(FunctionNode)):
-        if 'forward' in cls.__dict__:
-            cls.forward = wrap(cls, cls.__dict__['forward'])
+    def timed(node, inputs):
+        if getattr(depth, 'n', 0):
+            return real(node, inputs)
+        depth.n = 1
+        start = time.perf_counter()
+        try:
+            return real(node, inputs)
+        finally:
+            seconds[type(node).__name__] += time.perf_counter() - start
+            depth.n = 0
+    kernels.forward = timed
 
 
 def worker(args):

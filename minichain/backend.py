@@ -9,16 +9,18 @@ answers) the package works on NumPy; a call that needs the GPU raises a
 ``RuntimeError`` that says why.
 
 Host tuning of the CPU path (BLAS threads, malloc) is :mod:`minichain.host`;
-its names stay importable from here.
+its names stay reachable from here, looked up on first use (the ops import
+this module, and the speed layer is no import of theirs).
 """
 import sys
 
 import numpy
 
 from minichain import _cuda_wheels
-from minichain.host import (  # noqa: F401  (backend's names for them)
-    cpu_kernel_scope, cpu_kernel_threads, get_blas_threads, host_threads,
-    set_blas_threads, set_host_threads, tune_malloc)
+
+_HOST_NAMES = ('cpu_kernel_scope', 'cpu_kernel_threads', 'get_blas_threads',
+               'host_threads', 'set_blas_threads', 'set_host_threads',
+               'tune_malloc')
 
 
 def _import_cupy():
@@ -37,6 +39,9 @@ def __getattr__(name):
     if name in ('cupy', '_cupy_import_error'):
         _import_cupy()
         return globals()[name]
+    if name in _HOST_NAMES:  # backend's names for minichain.host's
+        from minichain import host
+        return getattr(host, name)
     if name == 'ndarray':
         cp = _cupy()
         return (numpy.ndarray,) if cp is None else (numpy.ndarray, cp.ndarray)

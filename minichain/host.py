@@ -6,9 +6,9 @@ training scripts in ``models/`` and the benchmarks in ``bench/`` switch on
 what they want (:func:`tune_malloc`); the BLAS thread count comes from
 ``OPENBLAS_NUM_THREADS`` or :func:`set_blas_threads`.
 
-Threads. minichain's CPU kernels (``functions/_cpu_kernels.py``,
+Threads. minichain's CPU kernels (``kernels/numpy/``: ``_cpu_kernels.py``,
 ``_im2col.py``, ``_normalization_kernels.py``) share their work out over
-threads of their own (``functions/_parallel.py``), as many as the BLAS has
+threads of their own (``kernels/numpy/_parallel.py``), as many as the BLAS has
 when the kernel starts, and keep the BLAS itself on one thread meanwhile
 (:func:`cpu_kernel_scope`). Why not let OpenBLAS thread the products: its
 idle threads spin for a while after every threaded call, and beside them
@@ -140,7 +140,7 @@ def cpu_kernel_scope():
 
     The count is what the BLAS had on entry (:func:`set_blas_threads`; its
     default is the core count): the kernel shares its work out over that
-    many threads of its own (``functions/_parallel.py``), each calling the
+    many threads of its own (``kernels/numpy/_parallel.py``), each calling the
     BLAS single-threaded, and the BLAS gets its count back on exit.
 
     Nested scopes (a kernel calling another) keep the outer count. The BLAS

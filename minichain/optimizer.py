@@ -17,7 +17,7 @@ import contextlib
 import math
 import numbers
 
-from minichain import backend
+from minichain import backend, kernels
 from minichain.serializers.base import Deserializer
 
 
@@ -175,7 +175,8 @@ class UpdateRule:
                 self.init_state(param)
             else:
                 self._follow_device(param.array)
-            self.update_core(param)
+            # The seam: a registered kernel, else update_core (kernels/).
+            kernels.update(self, param)
 
     def init_state(self, param):
         """Create every state array as zeros like ``param.array``."""

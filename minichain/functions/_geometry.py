@@ -1,10 +1,15 @@
-"""Convolution geometry, shared by the convolution and pooling kernels.
+"""Convolution geometry, shared by the convolution and pooling ops and
+their kernels.
 
 A convolution maps an input of spatial size (h, w) to (oh, ow): output
 pixel (i, j) with kernel offset (ky, kx) reads input pixel
 (i*sy + ky*dy - ph, j*sx + kx*dx - pw); pixels outside the input read 0.
+The ops' bodies pad the input (:func:`padded`) and read one strided
+:func:`window` per kernel offset.
 """
 import collections
+
+from minichain import backend
 
 Geometry = collections.namedtuple(
     'Geometry', 'kh kw sy sx ph pw dy dx h w oh ow')
@@ -60,3 +65,29 @@ def window_slices(g):
                         slice(r0, r0 + (i1 - i0 - 1) * g.sy + 1, g.sy),
                         slice(c0, c0 + (j1 - j0 - 1) * g.sx + 1, g.sx))
             yield ky, kx, out_index, in_index
+
+
+def padded(x, g, value=0):
+    """``x`` (..., h, w) inside a fresh array filled with ``value``: ``ph``
+    rows above and ``pw`` columns left, and below and right as far as the
+    windows reach (at least to x's last pixel, so that an adjoint can crop
+    x's pixels back out of it: ``[..., ph:ph + h, pw:pw + w]``)."""
+    xp = backend.get_array_module(x)
+    hp = max((g.oh - 1) * g.sy + (g.kh - 1) * g.dy + 1, g.ph + g.h)
+    wp = max((g.ow - 1) * g.sx + (g.kw - 1) * g.dx + 1, g.pw + g.w)
+    out = xp.full(x.shape[:-2] + (hp, wp), value, x.dtype)
+    out[..., g.ph:g.ph + g.h, g.pw:g.pw + g.w] = x
+    return out
+
+
+def window(a, g, ky, kx):
+    """The (..., oh, ow) view of a :func:`padded` array that kernel offset
+    (ky, kx) reads: pixel (i*sy + ky*dy, j*sx + kx*dx) for output (i, j)."""
+    y0, x0 = ky * g.dy, kx * g.dx
+    return a[..., y0:y0 + (g.oh - 1) * g.sy + 1:g.sy,
+             x0:x0 + (g.ow - 1) * g.sx + 1:g.sx]
+
+
+def crop(a, g):
+    """The input's pixels out of a :func:`padded`-shaped array."""
+    return a[..., g.ph:g.ph + g.h, g.pw:g.pw + g.w]

@@ -3,12 +3,14 @@
 The three convolution nodes differentiate into each other, so gradients of
 any order exist: conv's gx is a deconvolution, its gW a
 ``Convolution2DGradW``, and GradW's own gradients are a convolution and a
-deconvolution. The array work lives in ``_im2col`` (chunked im2col + GEMM on
-the CPU, CUDA kernels + cuBLAS on the GPU).
+deconvolution. Each body is the textbook im2col: the kh*kw windows of the
+padded input as columns, and one matrix product per group; the fast
+versions (chunked columns on threads, CUDA kernels) are kernels registered
+for these nodes (``minichain/kernels``).
 """
 from minichain import backend
 from minichain.function_node import FunctionNode
-from minichain.functions import _im2col
+from minichain.functions import _geometry
 from minichain.functions._check import check_float, check_same_dtype, unwrap
 
 __all__ = ['convolution_2d', 'deconvolution_2d', 'im2col']
@@ -23,10 +25,33 @@ def _pair(func, name, v, minimum):
     return tuple(int(p) for p in pair)
 
 
-def _geometry(k, stride, pad, dilate, in_size, out_size):
-    return _im2col.Geometry(k[0], k[1], stride[0], stride[1], pad[0], pad[1],
-                            dilate[0], dilate[1], in_size[0], in_size[1],
-                            out_size[0], out_size[1])
+def _geometry_of(k, stride, pad, dilate, in_size, out_size):
+    return _geometry.Geometry(k[0], k[1], stride[0], stride[1], pad[0],
+                              pad[1], dilate[0], dilate[1], in_size[0],
+                              in_size[1], out_size[0], out_size[1])
+
+
+def _columns(x, g):
+    """im2col: the windows of ``x`` (N, C, h, w) as a fresh
+    (N, C, kh, kw, oh, ow) array, padding read as zeros."""
+    xp = backend.get_array_module(x)
+    xpad = _geometry.padded(x, g)
+    return xp.stack([xp.stack([_geometry.window(xpad, g, ky, kx)
+                               for kx in range(g.kw)], axis=2)
+                     for ky in range(g.kh)], axis=2)
+
+
+def _add_columns(col, g):
+    """col2im, the adjoint of :func:`_columns`: (N, C, kh, kw, oh, ow)
+    columns summed back into the pixels they read, (N, C, h, w)."""
+    xp = backend.get_array_module(col)
+    out = _geometry.padded(xp.zeros(col.shape[:2] + (g.h, g.w), col.dtype),
+                           g)
+    for ky in range(g.kh):
+        for kx in range(g.kw):
+            win = _geometry.window(out, g, ky, kx)
+            win += col[:, :, ky, kx]
+    return xp.ascontiguousarray(_geometry.crop(out, g))
 
 
 def _bias_sum(gy):
@@ -45,13 +70,19 @@ class Convolution2D(FunctionNode):
         self.retain_inputs((0, 1))
         x, W = inputs[:2]
         k = W.shape[2:]
-        out = tuple(_im2col.conv_outsize(x.shape[2 + a], k[a], self.stride[a],
-                                         self.pad[a], self.cover_all,
-                                         self.dilate[a]) for a in (0, 1))
-        g = _geometry(k, self.stride, self.pad, self.dilate, x.shape[2:], out)
-        y = _im2col.conv_forward(x, W, g, self.groups)
+        out = tuple(_geometry.conv_outsize(
+            x.shape[2 + a], k[a], self.stride[a], self.pad[a], self.cover_all,
+            self.dilate[a]) for a in (0, 1))
+        g = _geometry_of(k, self.stride, self.pad, self.dilate, x.shape[2:],
+                         out)
+        xp = backend.get_array_module(x)
+        n, o, groups = x.shape[0], W.shape[0], self.groups
+        # y[n, group] = W[group] (O/G, C/G*kh*kw) @ col[n, group]
+        col = _columns(x, g).reshape(n, groups, -1, g.oh * g.ow)
+        y = xp.matmul(W.reshape(groups, o // groups, -1), col)
+        y = y.reshape(n, o, g.oh, g.ow)
         if len(inputs) == 3:
-            y += inputs[2].reshape(1, -1, 1, 1)
+            y += inputs[2].reshape(1, -1, 1, 1)  # y is fresh: safe in place
         return y,
 
     def backward(self, indexes, grad_outputs):
@@ -83,9 +114,14 @@ class Deconvolution2D(FunctionNode):
     def forward(self, inputs):
         self.retain_inputs((0, 1))
         x, W = inputs[:2]
-        g = _geometry(W.shape[2:], self.stride, self.pad, self.dilate,
+        g = _geometry_of(W.shape[2:], self.stride, self.pad, self.dilate,
                       self.outsize, x.shape[2:])
-        y = _im2col.deconv_forward(x, W, g, self.groups)
+        xp = backend.get_array_module(x)
+        n, o, groups = x.shape[0], W.shape[0], self.groups
+        # The transpose of the convolution's product, then col2im.
+        w2t = W.reshape(groups, o // groups, -1).swapaxes(1, 2)
+        col = xp.matmul(w2t, x.reshape(n, groups, o // groups, -1))
+        y = _add_columns(col.reshape(n, -1, g.kh, g.kw, g.oh, g.ow), g)
         if len(inputs) == 3:
             y += inputs[2].reshape(1, -1, 1, 1)
         return y,
@@ -125,9 +161,16 @@ class Convolution2DGradW(FunctionNode):
     def forward(self, inputs):
         self.retain_inputs((0, 1))
         x, gy = inputs
-        g = _geometry(self.w_shape[2:], self.stride, self.pad, self.dilate,
+        g = _geometry_of(self.w_shape[2:], self.stride, self.pad, self.dilate,
                       x.shape[2:], gy.shape[2:])
-        return _im2col.conv_grad_w(x, gy, g, self.groups, self.w_shape),
+        xp = backend.get_array_module(x)
+        n, o, groups = x.shape[0], gy.shape[1], self.groups
+        # gW[group] = sum over images and pixels of gy[n, group] col^T
+        col = _columns(x, g).reshape(n, groups, -1, g.oh * g.ow)
+        gy2 = gy.reshape(n, groups, o // groups, -1)
+        gw = xp.stack([xp.tensordot(gy2[:, i], col[:, i], ((0, 2), (0, 2)))
+                       for i in range(groups)])
+        return gw.reshape(self.w_shape),
 
     def backward(self, indexes, grad_outputs):
         x, gy = self.get_retained_inputs()
@@ -278,12 +321,12 @@ def deconvolution_2d(x, W, b=None, stride=1, pad=0, outsize=None, dilate=1,
     _check_bias(func, b, cog * groups)
     k = (kh, kw)
     if outsize is None:
-        outsize = tuple(_im2col.deconv_outsize(xa.shape[2 + a], k[a],
-                                               stride[a], pad[a], False,
-                                               dilate[a]) for a in (0, 1))
+        outsize = tuple(_geometry.deconv_outsize(xa.shape[2 + a], k[a],
+                                                 stride[a], pad[a], False,
+                                                 dilate[a]) for a in (0, 1))
     outsize = _pair(func, 'outsize', outsize, 1)
-    fits = [all(_im2col.conv_outsize(outsize[a], k[a], stride[a], pad[a],
-                                     cover, dilate[a]) == xa.shape[2 + a]
+    fits = [all(_geometry.conv_outsize(outsize[a], k[a], stride[a], pad[a],
+                                       cover, dilate[a]) == xa.shape[2 + a]
                 for a in (0, 1)) for cover in (False, True)]
     if not any(fits):
         raise ValueError('{}: outsize {} is not a size that a convolution '
@@ -303,7 +346,7 @@ class Im2Col(FunctionNode):
 
     def forward(self, inputs):
         x, = inputs
-        col = _im2col.im2col(x, self.g)
+        col = _columns(x, self.g)
         return col.reshape(x.shape[0], -1, self.g.oh, self.g.ow),
 
     def backward(self, indexes, grad_outputs):
@@ -320,7 +363,7 @@ class Col2Im(FunctionNode):
         col, = inputs
         g = self.g
         col = col.reshape(col.shape[0], -1, g.kh, g.kw, g.oh, g.ow)
-        return _im2col.col2im(col, g),
+        return _add_columns(col, g),
 
     def backward(self, indexes, grad_outputs):
         return Im2Col(self.g).apply(grad_outputs)
@@ -351,14 +394,15 @@ def im2col(x, ksize, stride=1, pad=0, cover_all=False, dilate=1):
     stride = _pair(func, 'stride', stride, 1)
     pad = _pair(func, 'pad', pad, 0)
     dilate = _pair(func, 'dilate', dilate, 1)
-    out = tuple(_im2col.conv_outsize(xa.shape[2 + a], k[a], stride[a], pad[a],
-                                     cover_all, dilate[a]) for a in (0, 1))
+    out = tuple(_geometry.conv_outsize(xa.shape[2 + a], k[a], stride[a],
+                                       pad[a], cover_all, dilate[a])
+                for a in (0, 1))
     if min(out) < 1:
         raise ValueError('{}: the window ({}, dilate {}) is larger than the '
                          'padded input (x shape {}, pad {})'.format(
                              func, k, dilate, xa.shape, pad))
-    return Im2Col(_geometry(k, stride, pad, dilate, xa.shape[2:], out)).apply(
-        (x,))[0]
+    g = _geometry_of(k, stride, pad, dilate, xa.shape[2:], out)
+    return Im2Col(g).apply((x,))[0]
 
 
 def _convolution_2d_composite(x, W, b=None, stride=1, pad=0, cover_all=False,

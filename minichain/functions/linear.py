@@ -2,7 +2,6 @@
 import numpy
 
 from minichain.function_node import FunctionNode
-from minichain.functions import _cpu_kernels
 from minichain.functions import array as _array
 from minichain.functions import basic_math as _basic_math
 from minichain.functions import reduction as _reduction
@@ -17,10 +16,7 @@ class LinearFunction(FunctionNode):
     def forward(self, inputs):
         self.retain_inputs((0, 1))
         x, W = inputs[:2]
-        if isinstance(x, numpy.ndarray):
-            y = _cpu_kernels.matmul(x, W.T)  # on the op's threads
-        else:
-            y = x @ W.T
+        y = x @ W.T
         if len(inputs) == 3:
             y += inputs[2]  # y is a fresh array: adding in place is safe
         return y,

@@ -4,15 +4,14 @@ The training op is fused: one FunctionNode computes the statistics and the
 output, and its backward is a second fused node, ``BatchNormalizationGrad``,
 whose own backward is written with F functions (so any order of derivative
 works). ``_batch_normalization_composite`` is the same math built only from
-F functions; the tests hold the two together.
+F functions; the tests hold the two together. The bodies below are the
+textbook formulas; the kernels registered for these nodes
+(``minichain/kernels``) compute the same in fewer passes over memory.
 """
-import numpy
-
 from minichain import backend
 from minichain.function_node import FunctionNode
 from minichain.variable import as_variable
-from minichain.functions import _normalization_kernels as K
-from minichain.functions._channels import Layout
+from minichain.functions._channel_layout import Layout, acc_dtype
 from minichain.functions._check import (check_array, check_float,
                                         check_same_dtype, normalize_axis,
                                         unwrap)
@@ -118,13 +117,39 @@ class BatchNormalization(FunctionNode):
         self.relu = relu
 
     def forward(self, inputs):
-        self.retain_inputs((0, 1))
         x, gamma, beta = inputs[:3]
         residual = inputs[3] if len(inputs) == 4 else None
         xp = backend.get_array_module(x)
-        impl = K.cpu_forward if xp is numpy else K.gpu_forward
-        y, mean, var, inv_std, centered = impl(x, gamma, beta, self.eps,
-                                               self.lay, residual, self.relu)
+        lay = self.lay
+        # float16 is normalized in float32, and its statistics stay float32.
+        acc = acc_dtype(x.dtype)
+        xa = x.astype(acc, copy=False)
+        mean = xa.mean(axis=lay.axes)
+        xc = xa - mean.reshape(lay.bshape)
+        var = (xc * xc).mean(axis=lay.axes)
+        inv_std = 1 / xp.sqrt(var + acc.type(self.eps))
+        scale = (gamma.astype(acc) * inv_std).reshape(lay.bshape)
+        y = (xc * scale + beta.astype(acc).reshape(lay.bshape)).astype(
+            x.dtype, copy=False)
+        if residual is not None:
+            y = y + residual
+        if self.relu:
+            y = xp.maximum(y, y.dtype.type(0))
+        self.keep_statistics(mean, var, inv_std, True)
+        return y,
+
+    def keep_statistics(self, mean, var, inv_std, centered):
+        """What backward keeps, and the running averages: called by the
+        body and by every kernel of this node.
+
+        Args:
+            mean, var, inv_std: the batch's statistics, of the channel
+                shape (``var`` biased, ``inv_std = (var + eps) ** -0.5``).
+            centered: a hint for BatchNormalizationGrad's kernels: whether
+                the forward needed ``x - mean`` for an accurate variance
+                (True is always safe; the body ignores it).
+        """
+        self.retain_inputs((0, 1))
         if self.relu:
             self.retain_outputs((0,))  # its sign is relu's mask
         # Channel-sized statistics kept for backward: they save a reduction
@@ -138,7 +163,6 @@ class BatchNormalization(FunctionNode):
             d, m = self.decay, self.lay.m
             self.running_var[...] = (d * self.running_var
                                      + (1 - d) * m / (m - 1) * var)
-        return y,
 
     def backward(self, indexes, grad_outputs):
         x, gamma = self.get_retained_inputs()
@@ -165,10 +189,20 @@ class BatchNormalizationGrad(FunctionNode):
     def forward(self, inputs):
         self.retain_inputs((0, 1, 2))
         x, gamma, gy = inputs
-        xp = backend.get_array_module(x)
-        impl = K.cpu_backward if xp is numpy else K.gpu_backward
-        return impl(x, gamma, gy, self.mean, self.inv_std, self.centered,
-                    self.lay)
+        lay = self.lay
+        acc = acc_dtype(x.dtype)
+        gya = gy.astype(acc, copy=False)
+        x_hat = ((x.astype(acc, copy=False) - self.mean.reshape(lay.bshape))
+                 * self.inv_std.reshape(lay.bshape))
+        gbeta = gya.sum(axis=lay.axes)
+        ggamma = (gya * x_hat).sum(axis=lay.axes)
+        # gx = gamma * inv_std * (gy - mean(gy) - x_hat * mean(gy * x_hat))
+        a = (gamma.astype(acc) * self.inv_std).reshape(lay.bshape)
+        gx = a * (gya - (gbeta / lay.m).reshape(lay.bshape)
+                  - x_hat * (ggamma / lay.m).reshape(lay.bshape))
+        return (gx.astype(x.dtype, copy=False),
+                ggamma.astype(gamma.dtype, copy=False),
+                gbeta.astype(gamma.dtype, copy=False))
 
     def backward(self, indexes, grad_outputs):
         # With P(v) = v - mean(v) - x_hat * mean(x_hat * v) (means per
@@ -295,7 +329,10 @@ class FixedBatchNormalization(FunctionNode):
         x, gamma, beta, mean, var = inputs
         xp = backend.get_array_module(x)
         scale = gamma / xp.sqrt(var + self.eps)
-        return K.affine(x, mean, scale, beta, self.lay),
+
+        def b(v):
+            return v.reshape(self.lay.bshape)
+        return (x - b(mean)) * b(scale) + b(beta),
 
     def backward(self, indexes, grad_outputs):
         x, gamma, mean, var = self.get_retained_inputs()

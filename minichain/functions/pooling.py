@@ -1,42 +1,38 @@
 """Pooling: max_pooling_2d, average_pooling_2d, global_average_pooling_2d.
 
-The CPU path loops over the kh*kw kernel offsets (never over pixels), each
-a contiguous slice of the input's stride phases (see ``_phase_grid``). The
-GPU path runs one CUDA thread per output (forward) or input (backward)
-element.
+Each body pads the input and loops over the kh*kw kernel offsets (never
+over pixels), reading one strided window of the padded input per offset
+(``_geometry.window``); the fast versions (contiguous phase slices on the
+CPU, one CUDA thread per element on the GPU) are kernels registered for
+these nodes (``minichain/kernels``).
 """
 import numpy
 
 from minichain import backend
 from minichain.function_node import FunctionNode
-from minichain.functions import _im2col, _layout
+from minichain.functions import _geometry
 from minichain.functions._check import check_float, unwrap
-from minichain.functions._phase_grid import PhaseGrid
 
 __all__ = ['max_pooling_2d', 'average_pooling_2d',
            'global_average_pooling_2d']
 
 
-def _cuda():
-    from minichain.functions import _cuda_kernels
-    return _cuda_kernels
+def _offsets(g):
+    """(k, ky, kx) for every kernel offset, k = ky * kw + kx (raster)."""
+    return [(ky * g.kw + kx, ky, kx) for ky in range(g.kh)
+            for kx in range(g.kw)]
 
 
-def _planes(a):
-    """``(planes, swapped)``: pooling treats the N and C axes alike, so a
-    channel-major ``a`` (``_layout.py``) is pooled as its C-contiguous
-    (C, N, h, w) transpose, and its results are transposed back
-    (:func:`_unplane`): they keep its layout, and no copy reorders it."""
-    if a.flags.c_contiguous or _layout.channel_major(a) is None:
-        return a, False
-    return a.swapaxes(0, 1), True
-
-
-def _as_planes(a, swapped):
-    return a.swapaxes(0, 1) if swapped else a
-
-
-_unplane = _as_planes
+def _spread(parts, g, gy):
+    """The adjoint of reading windows: ``parts(k)`` (N, C, oh, ow) added
+    into the pixels that offset k read; a fresh (N, C, h, w) array of
+    ``gy``'s dtype and device."""
+    xp = backend.get_array_module(gy)
+    acc = _geometry.padded(xp.zeros(gy.shape[:2] + (g.h, g.w), gy.dtype), g)
+    for k, ky, kx in _offsets(g):
+        win = _geometry.window(acc, g, ky, kx)
+        win += parts(k)
+    return xp.ascontiguousarray(_geometry.crop(acc, g))
 
 
 class MaxPooling2D(FunctionNode):
@@ -45,51 +41,22 @@ class MaxPooling2D(FunctionNode):
 
     def forward(self, inputs):
         x, = inputs
-        if backend.get_array_module(x) is not numpy:
-            y, self.indexes = _cuda().max_pool_forward(x, self.g)
-            return y,
-        x, swap = _planes(x)
-        grid = PhaseGrid(self.g)
-        ph = grid.split(x, -numpy.inf)
-        # Branch-free updates: copyto(where=) with a random mask runs ~10x
-        # slower than these arithmetic ones.
-        best = idx = mask = step = None
-        for k, a, b, shift in grid.offsets:  # raster order: first max wins
-            v = grid.window(ph, a, b, shift)
-            if best is None:
-                best = v.copy()
-                itype = numpy.int8 if len(grid.offsets) <= 127 else numpy.int32
-                idx = numpy.zeros(best.shape, itype)
-                mask = numpy.empty(best.shape, bool)
-                step = numpy.empty(best.shape, itype)
-                continue
-            numpy.greater(v, best, out=mask)
-            numpy.maximum(best, v, out=best)
-            numpy.subtract(itype(k), idx, out=step)
-            numpy.multiply(step, mask, out=step)
-            numpy.add(idx, step, out=idx)  # idx = k where v won
-        _point_at_first_nan(grid, ph, best, idx)
+        xp = backend.get_array_module(x)
+        g = self.g
+        xpad = _geometry.padded(x, g, -numpy.inf)
+        # (kh*kw, N, C, oh, ow): every window's pixels, offset first
+        wins = xp.stack([_geometry.window(xpad, g, ky, kx)
+                         for _, ky, kx in _offsets(g)])
+        # argmax takes the first maximum, and the first NaN (as max
+        # propagates NaN), so the gradient goes where y came from.
+        idx = wins.argmax(axis=0)
         # The argmax indexes stay on self: backward needs them, they are a
         # fraction of y's size, and recomputing them would need x.
-        self.indexes = _unplane(grid.crop(idx, x.shape[:2]), swap)
-        return _unplane(grid.crop(best, x.shape[:2]), swap),
+        self.indexes = idx.astype(numpy.int32)
+        return xp.take_along_axis(wins, idx[None], 0)[0],
 
     def backward(self, indexes, grad_outputs):
         return MaxPooling2DGrad(self.g, self.indexes).apply(grad_outputs)
-
-
-def _point_at_first_nan(grid, ph, best, idx):
-    """NaN wins a window, as in NumPy's max and argmax and in cuDNN
-    (CUDNN_PROPAGATE_NAN): ``maximum`` already carried NaN into ``best``;
-    here ``idx`` is moved to the window's first NaN, so that the gradient
-    goes where the NaN came from. One pass over the output when there is
-    no NaN."""
-    nan = numpy.isnan(best)
-    if not nan.any():
-        return
-    for k, a, b, shift in reversed(grid.offsets):  # the first NaN is set last
-        hit = numpy.isnan(grid.window(ph, a, b, shift)) & nan
-        idx[hit] = k
 
 
 class MaxPooling2DGrad(FunctionNode):
@@ -100,23 +67,8 @@ class MaxPooling2DGrad(FunctionNode):
 
     def forward(self, inputs):
         gy, = inputs
-        if backend.get_array_module(gy) is not numpy:
-            return _cuda().max_pool_backward(gy, self.indexes, self.g),
-        gy, swap = _planes(gy)
-        grid = PhaseGrid(self.g)
-        gyf = grid.expand(gy, 0)
-        idxf = grid.expand(_as_planes(self.indexes, swap), -1)
-        acc = numpy.zeros((self.g.sy, self.g.sx) + gyf.shape[:1]
-                          + (grid.hq * grid.wq,), gy.dtype)
-        mask = numpy.empty(gyf.shape, bool)
-        part = numpy.empty(gyf.shape, gy.dtype)
-        for k, a, b, shift in grid.offsets:
-            dst = grid.window(acc, a, b, shift)
-            numpy.equal(idxf, k, out=mask)
-            numpy.multiply(gyf, mask, out=part)  # branch-free masked add
-            numpy.add(dst, part, out=dst)
-        return _unplane(grid.merge(acc, gy.shape[:2] + (self.g.h, self.g.w)),
-                        swap),
+        g = self.g
+        return _spread(lambda k: gy * (self.indexes == k), g, gy),
 
     def backward(self, indexes, grad_outputs):
         return MaxPooling2DGather(self.g, self.indexes).apply(grad_outputs)
@@ -133,18 +85,13 @@ class MaxPooling2DGather(FunctionNode):
 
     def forward(self, inputs):
         ggx, = inputs
-        if backend.get_array_module(ggx) is not numpy:
-            return _cuda().max_pool_gather(ggx, self.indexes, self.g),
-        ggx, swap = _planes(ggx)
-        grid = PhaseGrid(self.g)
-        ph = grid.split(ggx, 0)
-        idxf = grid.expand(_as_planes(self.indexes, swap), -1)
-        out = numpy.zeros(idxf.shape, ggx.dtype)
-        part = numpy.empty(idxf.shape, ggx.dtype)
-        for k, a, b, shift in grid.offsets:  # the masks are disjoint
-            numpy.multiply(grid.window(ph, a, b, shift), idxf == k, out=part)
-            numpy.add(out, part, out=out)
-        return _unplane(grid.crop(out, ggx.shape[:2]), swap),
+        g = self.g
+        ggx_pad = _geometry.padded(ggx, g)
+        out = None
+        for k, ky, kx in _offsets(g):  # the masks are disjoint
+            part = _geometry.window(ggx_pad, g, ky, kx) * (self.indexes == k)
+            out = part if out is None else out + part
+        return out,
 
     def backward(self, indexes, grad_outputs):
         return MaxPooling2DGrad(self.g, self.indexes).apply(grad_outputs)
@@ -156,17 +103,13 @@ class AveragePooling2D(FunctionNode):
 
     def forward(self, inputs):
         x, = inputs
-        if backend.get_array_module(x) is not numpy:
-            return _cuda().avg_pool_forward(x, self.g),
-        x, swap = _planes(x)
-        grid = PhaseGrid(self.g)
-        ph = grid.split(x, 0)
+        g = self.g
+        xpad = _geometry.padded(x, g)
         acc = None
-        for k, a, b, shift in grid.offsets:
-            v = grid.window(ph, a, b, shift)
-            acc = v.copy() if acc is None else numpy.add(acc, v, out=acc)
-        acc *= x.dtype.type(1.0 / len(grid.offsets))
-        return _unplane(grid.crop(acc, x.shape[:2]), swap),
+        for _, ky, kx in _offsets(g):
+            v = _geometry.window(xpad, g, ky, kx)
+            acc = v.copy() if acc is None else acc + v
+        return acc * x.dtype.type(1.0 / (g.kh * g.kw)),
 
     def backward(self, indexes, grad_outputs):
         return AveragePooling2DGrad(self.g).apply(grad_outputs)
@@ -180,19 +123,9 @@ class AveragePooling2DGrad(FunctionNode):
 
     def forward(self, inputs):
         gy, = inputs
-        if backend.get_array_module(gy) is not numpy:
-            return _cuda().avg_pool_backward(gy, self.g),
-        gy, swap = _planes(gy)
-        grid = PhaseGrid(self.g)
-        gyf = grid.expand(gy, 0)
-        gyf *= gy.dtype.type(1.0 / len(grid.offsets))
-        acc = numpy.zeros((self.g.sy, self.g.sx) + gyf.shape[:1]
-                          + (grid.hq * grid.wq,), gy.dtype)
-        for k, a, b, shift in grid.offsets:
-            dst = grid.window(acc, a, b, shift)
-            numpy.add(dst, gyf, out=dst)
-        return _unplane(grid.merge(acc, gy.shape[:2] + (self.g.h, self.g.w)),
-                        swap),
+        g = self.g
+        part = gy * gy.dtype.type(1.0 / (g.kh * g.kw))
+        return _spread(lambda k: part, g, gy),
 
     def backward(self, indexes, grad_outputs):
         return AveragePooling2D(self.g).apply(grad_outputs)
@@ -213,10 +146,10 @@ def _pool_geometry(func, x, ksize, stride, pad, cover_all):
         raise ValueError('{}: the window {} is larger than the padded input '
                          '({}x{}): x shape {}, pad {}'.format(
                              func, k, h + 2 * p[0], w + 2 * p[1], xa.shape, p))
-    out = (_im2col.conv_outsize(h, k[0], s[0], p[0], cover_all),
-           _im2col.conv_outsize(w, k[1], s[1], p[1], cover_all))
-    return _im2col.Geometry(k[0], k[1], s[0], s[1], p[0], p[1], 1, 1, h, w,
-                            out[0], out[1])
+    out = (_geometry.conv_outsize(h, k[0], s[0], p[0], cover_all),
+           _geometry.conv_outsize(w, k[1], s[1], p[1], cover_all))
+    return _geometry.Geometry(k[0], k[1], s[0], s[1], p[0], p[1], 1, 1, h, w,
+                              out[0], out[1])
 
 
 def max_pooling_2d(x, ksize, stride=None, pad=0, cover_all=True):

@@ -18,16 +18,33 @@ attributes that the node's backward reads, or ``None`` to decline (a shape,
 dtype or layout it does not take); then the next kernel, and finally the
 body, runs. Every registered kernel is tested against its op's body.
 
+An optimizer's update rule has the same seam (:func:`update`): its
+``update_core`` is the plain update, and a kernel registered for the rule's
+type, ``kernel(rule, param)``, may do the same update in place faster
+(returning True) or decline (returning None).
+
+One switch turns every kernel off: ``config.use_kernels`` (default True;
+``MINICHAIN_KERNELS=0`` in the environment makes it False), for instance to
+run the gradient checks on the bodies::
+
+    with minichain.using_config('use_kernels', False):
+        ...  # every op runs its body, every update rule its update_core
+
 Kernel packages register themselves when first imported; this module
 imports them lazily, on the first forward on their device, so that
 ``import minichain`` stays light and no import circle runs through here.
+The adding of a kernel, and how to prove it equals the body:
+docs/kernels.md.
 """
 import importlib
-import os
 
-import numpy
+# Not plain ``import numpy``: importing the subpackage minichain.kernels.numpy
+# binds the name ``numpy`` in this module to it.
+import numpy as _numpy
 
-__all__ = ['register', 'registered', 'forward', 'backends_for']
+from minichain.configuration import config
+
+__all__ = ['register', 'registered', 'forward', 'update', 'backends_for']
 
 # (node type, backend name) -> kernel
 _registry = {}
@@ -39,7 +56,8 @@ _loaded = set()
 
 
 def register(node_type, backend, kernel):
-    """Make ``kernel`` the ``backend`` kernel of ``node_type``'s forward."""
+    """Make ``kernel`` the ``backend`` kernel of ``node_type``'s forward
+    (a FunctionNode subclass), or of its update (an UpdateRule subclass)."""
     if backend not in _PACKAGES:
         raise ValueError('kernels.register: unknown backend {!r} for {}; '
                          'known: {}'.format(backend, node_type.__name__,
@@ -66,9 +84,12 @@ def _load(backend):
 
 
 def backends_for(inputs):
-    """The kernel backends to try for these input arrays, best first."""
+    """The kernel backends to try for these input arrays, best first (none
+    when ``config.use_kernels`` is off)."""
+    if not config.use_kernels:
+        return ()
     first = next((a for a in inputs if a is not None), None)
-    if isinstance(first, numpy.ndarray):
+    if isinstance(first, _numpy.ndarray):
         return _cpu_backends()
     if first is not None and type(first).__module__.startswith('cupy'):
         return ('cuda',)
@@ -78,8 +99,6 @@ def backends_for(inputs):
 def _cpu_backends():
     # The oneDNN backend decides itself whether its library loaded and
     # whether config.use_onednn lets it run; it declines otherwise.
-    if os.environ.get('MINICHAIN_KERNELS', '1') == '0':
-        return ()
     return ('onednn', 'numpy')
 
 
@@ -94,3 +113,14 @@ def forward(node, inputs):
             if outputs is not None:
                 return outputs
     return node.forward(inputs)
+
+
+def update(rule, param):
+    """Update ``param`` in place with ``rule``: the first kernel registered
+    for the rule's type that takes the arrays, else ``rule.update_core``."""
+    rule_type = type(rule)
+    for backend in backends_for((param.array,)):
+        kernel = registered(rule_type, backend)
+        if kernel is not None and kernel(rule, param):
+            return
+    rule.update_core(param)

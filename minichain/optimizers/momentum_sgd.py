@@ -1,6 +1,5 @@
 """Stochastic gradient descent with (heavy-ball) momentum."""
 from minichain import backend, optimizer
-from minichain.functions import _cpu_kernels
 
 __all__ = ['MomentumSGD']
 
@@ -14,10 +13,6 @@ class MomentumSGDRule(optimizer.UpdateRule):
         hp = self.hyperparam
         grad, v = param.grad, self.state['v']
         tmp = self.workspace.get(grad)  # scratch for lr * grad
-        if _cpu_kernels.fits(param.array, v, grad):
-            _cpu_kernels.momentum_sgd(param.array, v, grad, tmp, hp.lr,
-                                      hp.momentum)  # the same, by row blocks
-            return
         xp = backend.get_array_module(grad)
         v *= hp.momentum                        # v = momentum * v - lr * g
         v -= xp.multiply(grad, hp.lr, out=tmp)

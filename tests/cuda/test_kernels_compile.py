@@ -17,7 +17,7 @@ cupy = pytest.importorskip(
     'kernels in .venv-cuda')
 
 from minichain import backend  # noqa: E402
-from minichain.functions import _cuda_kernels  # noqa: E402
+from minichain.kernels.cuda import _elementwise as _cuda_kernels  # noqa: E402
 from tests.cuda import offline, variants  # noqa: E402
 
 ARCHS = ('80', '90')
@@ -74,9 +74,8 @@ def test_planted_errors_are_rejected(arch):
 _KERNEL_CLASSES = ('ElementwiseKernel', 'ReductionKernel', 'RawKernel',
                    'RawModule', 'fuse')
 # where minichain builds kernels -> the factory variants.py calls
-_FACTORIES = {('minichain/functions/_cuda_kernels.py', 'make_kernel'),
-              ('minichain/functions/_normalization_kernels.py',
-               'make_kernels')}
+_FACTORIES = {('minichain/kernels/cuda/_elementwise.py', 'make_kernel'),
+              ('minichain/kernels/cuda/normalization.py', 'make_kernels')}
 
 
 def _kernel_constructions():
@@ -124,7 +123,7 @@ def test_sources_built_here_equal_what_cupy_generates_on_a_device():
     launch shapes of variants.py are the real ones)."""
     from minichain import Variable
     from minichain import functions as F
-    from minichain.functions import _normalization_kernels as K
+    from minichain.kernels.cuda import normalization as K
     ours = set()
     for _, kind, kernel, args, extra in LAUNCHES:
         for index32 in (True, False):

@@ -7,11 +7,12 @@ Python scalars take the dtype of their parameter. ``T`` runs over every
 dtype the code can pass: the functions accept float16, float32 and float64
 (``_check.check_float``), pooling indexes are int32, and batch
 normalization keeps its statistics in float32 for float16 and float32 and
-in float64 for float64 (``_normalization_kernels.acc_dtype``).
+in float64 for float64 (``kernels/cuda/normalization.py``, ``acc_dtype``).
 """
 import numpy
 
-from minichain.functions import _cuda_kernels, _normalization_kernels
+from minichain.kernels.cuda import _elementwise as _cuda_kernels
+from minichain.kernels.cuda import normalization as _normalization_kernels
 from tests.cuda.offline import array, scalar
 
 FLOATS = ('float16', 'float32', 'float64')

@@ -3,7 +3,8 @@
 ``ElementwiseKernel`` here compiles a kernel's body with the host C++
 compiler into ``for (i = 0; i < size; ++i) { body }`` and calls it through
 ctypes on NumPy arrays. Tests patch ``backend.get_cupy`` with
-:func:`fake_cupy` so that the wrappers in ``minichain.functions._cuda_kernels``
+:func:`fake_cupy` so that the wrappers in
+``minichain.kernels.cuda._elementwise``
 run unchanged: the index arithmetic of every kernel and the argument order of
 every call get checked against the NumPy path on machines without a GPU.
 """
@@ -108,11 +109,11 @@ def fake_cupy():
 
 @pytest.fixture
 def emulated_cuda(monkeypatch):
-    """``minichain.functions._cuda_kernels`` running on the CPU."""
+    """``minichain.kernels.cuda._elementwise`` running on the CPU."""
     if CXX is None:
         pytest.skip('no C++ compiler to emulate the CUDA kernels')
     from minichain import backend
-    from minichain.functions import _cuda_kernels
+    from minichain.kernels.cuda import _elementwise as _cuda_kernels
     monkeypatch.setattr(backend, 'get_cupy', fake_cupy)
     monkeypatch.setattr(_cuda_kernels, '_kernels', {})
     return _cuda_kernels

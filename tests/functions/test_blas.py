@@ -1,4 +1,4 @@
-"""minichain.functions._blas: the direct BLAS calls and the momentum update
+"""minichain.kernels.numpy._blas: the direct BLAS calls and the momentum update
 that uses them."""
 import os
 import subprocess
@@ -8,7 +8,7 @@ import numpy
 import pytest
 
 from minichain import host
-from minichain.functions import _blas, _cpu_kernels
+from minichain.kernels.numpy import _blas, _cpu_kernels
 
 RNG = numpy.random.default_rng(0)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -103,7 +103,7 @@ def test_switched_off_from_the_environment():
     passes, bit for bit."""
     code = (
         'import numpy\n'
-        'from minichain.functions import _blas, _cpu_kernels\n'
+        'from minichain.kernels.numpy import _blas, _cpu_kernels\n'
         'assert not _blas.available()\n'
         'r = numpy.random.default_rng(1)\n'
         'p, v, g = (r.standard_normal(1000).astype(numpy.float32)'

@@ -5,8 +5,8 @@ import pytest
 
 from minichain import Variable, backend, host
 import minichain.functions as F
-from minichain.functions import (_batch_last, _im2col, _parallel,
-                                 _strided_pointwise)
+from minichain.kernels.numpy import (_batch_last, _im2col, _parallel,
+                                     _strided_pointwise)
 from minichain.functions.convolution import _convolution_2d_composite
 from minichain.gradient_check import check_backward, check_double_backward
 from tests.functions.cuda_emulation import emulated_cuda  # noqa: F401

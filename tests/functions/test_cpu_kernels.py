@@ -1,4 +1,4 @@
-"""minichain.functions._cpu_kernels: which ops take a CPU kernel, and that
+"""minichain.kernels.numpy._cpu_kernels: which ops take a CPU kernel, and that
 every kernel runs with the BLAS on one thread and its own thread count."""
 import threading
 
@@ -8,8 +8,9 @@ import pytest
 import minichain.functions as F
 from minichain import Variable, host, optimizers
 from minichain import links as L
-from minichain.functions import (_cpu_kernels, _im2col, _normalization_kernels,
-                                 _parallel)
+from minichain.kernels.numpy import (_cpu_kernels, _im2col,
+                                     _normalization_kernels,
+                                     _parallel)
 
 RNG = numpy.random.default_rng(0)
 

@@ -7,7 +7,8 @@ import numpy
 import pytest
 
 from minichain import backend
-from minichain.functions import _cuda_kernels, _im2col
+from minichain.kernels.cuda import _elementwise as _cuda_kernels
+from minichain.kernels.numpy import _im2col
 from minichain.functions.pooling import _pool_geometry
 from tests.functions.test_pooling import (CASES, IDS, _shuffled, _with_nans,
                                           naive_choice, naive_max)

@@ -1,4 +1,4 @@
-"""Channel-major activations (minichain/functions/_layout.py): the helpers,
+"""Channel-major activations (minichain/kernels/numpy/_layout.py): the helpers,
 and every CPU op that keeps the layout gives the same values and gradients
 as on C-contiguous arrays."""
 import numpy
@@ -6,7 +6,7 @@ import pytest
 
 from minichain import Variable
 import minichain.functions as F
-from minichain.functions import _layout
+from minichain.kernels.numpy import _layout
 from tests.functions._util import distinct, grad_check, rand
 
 

@@ -1,4 +1,5 @@
-"""minichain.functions._parallel: row-block splitting of elementwise work."""
+"""minichain.kernels.numpy._parallel: row-block splitting of elementwise
+work."""
 import threading
 
 import numpy
@@ -6,7 +7,7 @@ import pytest
 
 from minichain import Variable, host
 from minichain import functions as F
-from minichain.functions import _parallel
+from minichain.kernels.numpy import _parallel
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import pytest
 
 from minichain import Variable, backend
 import minichain.functions as F
-from minichain.functions import _im2col
+from minichain.kernels.numpy import _im2col
 from minichain.gradient_check import check_backward, check_double_backward
 from minichain.functions.pooling import _pool_geometry
 from tests.functions.cuda_emulation import emulated_cuda  # noqa: F401

@@ -10,7 +10,9 @@ channels go in blocks over the kernel's threads (:func:`per_channel`).
 """
 import numpy
 
-from minichain.functions import _layout, _parallel
+from minichain.functions._channel_layout import (  # noqa: F401 (shared)
+    Layout, acc_dtype)
+from minichain.kernels.numpy import _layout, _parallel
 
 _BLAS_DTYPES = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 # Per-channel work runs in channel blocks of about this many bytes (all
@@ -21,46 +23,6 @@ _BLAS_DTYPES = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 # activations ran 5-10% faster on one thread and 10-30% on two (2026-12-01,
 # bench/README.md).
 _SUM_BLOCK_BYTES = 1 << 20
-
-
-class Layout:
-    """Where the channels of ``x`` are, given the reduced ``axes``.
-
-    Attributes:
-        axes: sorted tuple of reduced axes.
-        cshape: the channel shape (the shape of gamma).
-        bshape: ``x.shape`` with 1 on reduced axes (broadcasts channels).
-        m: number of elements per channel.
-        view: ``(P, C, L)`` when the channel axes form one contiguous block,
-            so that a C-contiguous ``x`` reshapes to it without a copy;
-            else None.
-    """
-
-    def __init__(self, shape, axes):
-        self.shape, self.axes = tuple(shape), tuple(axes)
-        kept = [i for i in range(len(shape)) if i not in axes]
-        self.cshape = tuple(shape[i] for i in kept)
-        self.bshape = tuple(1 if i in axes else s for i, s in enumerate(shape))
-        csize = _prod(self.cshape)
-        self.m = _prod(shape) // csize if csize else 0
-        self.view = None
-        if kept and kept == list(range(kept[0], kept[-1] + 1)):
-            self.view = (_prod(shape[:kept[0]]), csize,
-                         _prod(shape[kept[-1] + 1:]))
-
-
-def _prod(xs):
-    p = 1
-    for s in xs:
-        p *= int(s)
-    return p
-
-
-def acc_dtype(dtype):
-    """The dtype of the statistics and sums for inputs of ``dtype``: half
-    precision is accumulated and kept in float32 (as Chainer and cuDNN do;
-    a per-channel sum of 200k values near 1 overflows float16)."""
-    return numpy.dtype(numpy.float32 if dtype == numpy.float16 else dtype)
 
 
 def as3d(a, lay):

@@ -23,7 +23,7 @@ W) pixels take runs of ``ow`` or single values.
 """
 import numpy
 
-from minichain.functions import _parallel
+from minichain.kernels.numpy import _parallel
 
 
 def _windows_extent(g):

@@ -13,7 +13,7 @@ cheaply.
 """
 import numpy
 
-from minichain.functions import _layout
+from minichain.kernels.numpy import _layout
 
 
 def fits(g):

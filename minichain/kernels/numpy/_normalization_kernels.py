@@ -1,9 +1,10 @@
-"""Array kernels of batch normalization, for NumPy (BLAS reductions) and CuPy.
+"""Array kernels of batch normalization on NumPy (BLAS reductions).
 
 Everything here works on raw arrays laid out by a :class:`Layout`
 (``_channels.py``, with the per-channel sums and broadcast ops); the
 FunctionNodes in ``normalization.py`` call these. Per-channel quantities
 (mean, inv_std, ...) are arrays of the channel shape ``layout.cshape``.
+The CuPy kernels are ``kernels/cuda/normalization.py``.
 
 On the CPU an elementwise NumPy op costs one pass over memory, so the
 formulas below are arranged to need few passes and to write into buffers
@@ -13,11 +14,11 @@ thread, the elementwise passes split over the kernel's threads.
 """
 import numpy
 
-from minichain import backend, host
-from minichain.functions import _layout, _parallel
-from minichain.functions._channels import (acc_dtype, as3d, channel_dot,
-                                           channel_op, channel_sum,
-                                           per_channel, views_of)
+from minichain import host
+from minichain.kernels.numpy import _layout, _parallel
+from minichain.kernels.numpy._channels import (as3d, channel_dot, channel_op,
+                                               channel_sum, per_channel,
+                                               views_of)
 
 # When the mean is large against the standard deviation, E[x^2] - mean^2
 # cancels. With E[x^2] <= 16 var the rounding error of the one-pass
@@ -80,20 +81,14 @@ def cpu_forward(x, gamma, beta, eps, lay, residual=None, relu=False):
 
 
 def finish(y, residual, relu):
-    """In place over y (NumPy or CuPy): ``y += residual`` when given, then
-    ``max(y, 0)`` with ``relu``; in the order of ``F.relu(y + residual)``,
-    so the values are those of the separate ops."""
-    if isinstance(y, numpy.ndarray):
-        if residual is not None:
-            _parallel.add_into(y, residual)
-        if relu:
-            zero = y.dtype.type(0)
-            _parallel.elementwise(lambda o: numpy.maximum(o, zero, out=o), y)
-        return y
+    """In place over y: ``y += residual`` when given, then ``max(y, 0)``
+    with ``relu``; in the order of ``F.relu(y + residual)``, so the values
+    are those of the separate ops."""
     if residual is not None:
-        y += residual
+        _parallel.add_into(y, residual)
     if relu:
-        backend.get_array_module(y).maximum(y, y.dtype.type(0), out=y)
+        zero = y.dtype.type(0)
+        _parallel.elementwise(lambda o: numpy.maximum(o, zero, out=o), y)
     return y
 
 
@@ -219,91 +214,9 @@ def _backward_by_channels(x, gamma, gy, mean, inv_std, centered, lay):
     return gx, ggamma.reshape(lay.cshape), gbeta.reshape(lay.cshape)
 
 
-# -- GPU ----------------------------------------------------------------------
-_gpu_kernels = {}
-
-
-def make_kernels(cupy, acc):
-    """The CuPy kernels of batch normalization whose statistics are of dtype
-    ``acc`` (``'float32'`` for float16 and float32 inputs, ``'float64'``).
-
-    ``T`` is the input's dtype; sums, means and per-channel factors are
-    ``acc``, so that a float16 input never holds a sum. Also called by
-    ``tests/cuda`` to compile every kernel without a GPU.
-    """
-    c = {'float32': 'float', 'float64': 'double'}[acc]
-
-    def reduction(in_params, expr, name):
-        return cupy.ReductionKernel(
-            in_params, acc + ' y', expr, 'a + b', 'y = a', '0',
-            'minichain_bn_' + name, reduce_type=c)
-    dev = '(({})x - mean)'.format(c)
-    return {
-        # per-channel sums of (x - mean)^2 and gy * (x - mean), reading
-        # the big arrays once and writing no temporaries
-        'sq_dev': reduction('T x, {} mean'.format(acc),
-                            '{0} * {0}'.format(dev), 'sq_dev'),
-        'dot_dev': reduction('T gy, T x, {} mean'.format(acc),
-                             '({})gy * {}'.format(c, dev), 'dot_dev'),
-        'sum': reduction('T x', 'x', 'sum'),
-        'fwd': cupy.ElementwiseKernel(
-            'T x, {0} mean, {0} scale, {0} beta'.format(acc), 'T y',
-            'y = (T)({} * scale + beta)'.format(dev), 'minichain_bn_fwd'),
-        'bwd': cupy.ElementwiseKernel(
-            'T gy, T x, {0} mean, {0} a, {0} q, {0} r'.format(acc), 'T gx',
-            'gx = (T)(a * (({})gy - q * {} + r))'.format(c, dev),
-            'minichain_bn_bwd'),
-    }
-
-
-def _kernels(dtype):
-    """The compile-once kernels for inputs of ``dtype``."""
-    acc = acc_dtype(dtype).name
-    if acc not in _gpu_kernels:
-        _gpu_kernels[acc] = make_kernels(backend.get_cupy(), acc)
-    return _gpu_kernels[acc]
-
-
-def _channels(lay, acc, *arrays):
-    """Channel arrays as ``acc``, shaped to broadcast against x."""
-    return [a.astype(acc, copy=False).reshape(lay.bshape) for a in arrays]
-
-
-def gpu_forward(x, gamma, beta, eps, lay, residual=None, relu=False):
-    """Training forward on CuPy; same results as :func:`cpu_forward`
-    (statistics of dtype :func:`acc_dtype`; ``residual`` and ``relu``
-    as two more passes, not yet fused into the kernel)."""
-    cupy = backend.get_cupy()
-    k, acc = _kernels(x.dtype), acc_dtype(x.dtype)
-    mean = k['sum'](x, axis=lay.axes) / lay.m
-    mb, = _channels(lay, acc, mean)
-    var = k['sq_dev'](x, mb, axis=lay.axes) / lay.m
-    inv_std = 1 / cupy.sqrt(var + eps)
-    y = k['fwd'](x, mb, *_channels(lay, acc, gamma * inv_std, beta))
-    return finish(y, residual, relu), mean, var, inv_std, True
-
-
-def gpu_backward(x, gamma, gy, mean, inv_std, centered, lay):
-    """Fused gradients on CuPy (the formula of :func:`cpu_backward`, with
-    ``x - mean`` computed on the fly inside the kernels)."""
-    k, acc = _kernels(x.dtype), acc_dtype(x.dtype)
-    m = lay.m
-    mb, = _channels(lay, acc, mean)
-    gbeta = k['sum'](gy, axis=lay.axes)
-    ggamma = inv_std * k['dot_dev'](gy, x, mb, axis=lay.axes)
-    q = inv_std * ggamma / m
-    a, qb, rb = _channels(lay, acc, gamma * inv_std, q, -gbeta / m)
-    gx = k['bwd'](gy, x, mb, a, qb, rb)
-    return gx, ggamma.astype(gamma.dtype), gbeta.astype(gamma.dtype)
-
-
 @host.cpu_kernel
 def affine(x, mean, scale, beta, lay):
-    """``(x - mean) * scale + beta`` with channel arrays broadcast (one
-    fused kernel on CuPy, two passes on NumPy)."""
-    xp = backend.get_array_module(x)
-    if xp is not numpy:
-        return _kernels(x.dtype)['fwd'](
-            x, *_channels(lay, acc_dtype(x.dtype), mean, scale, beta))
+    """``(x - mean) * scale + beta`` with channel arrays broadcast, as
+    ``x * scale + (beta - mean * scale)``: two passes."""
     y = channel_op(numpy.multiply, x, scale, lay)
     return channel_op(numpy.add, y, beta - mean * scale, lay, out=y)

@@ -24,7 +24,7 @@ share the product out.
 import numpy
 
 from minichain import host
-from minichain.functions import _blas, _layout, _parallel
+from minichain.kernels.numpy import _blas, _layout, _parallel
 
 
 def fits(*arrays):

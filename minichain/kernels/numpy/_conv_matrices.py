@@ -7,7 +7,7 @@ place; other memory is reordered through a per-thread workspace.
 import numpy
 
 from minichain import backend
-from minichain.functions import _layout, _parallel
+from minichain.kernels.numpy import _layout, _parallel
 
 
 def matrix(a, n0, n1, groups, rows=None):

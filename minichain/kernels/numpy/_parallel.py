@@ -25,7 +25,7 @@ import threading
 import numpy
 
 from minichain import backend, host
-from minichain.functions import _layout
+from minichain.kernels.numpy import _layout
 
 # Below this many bytes a block costs less than handing it to a thread.
 _MIN_BYTES = 1 << 20

@@ -1,8 +1,9 @@
 """Array-level convolution kernels: im2col, col2im and the chunked GEMMs.
 
-Everything here works on raw NumPy/CuPy arrays; the FunctionNodes in
-``convolution.py`` call it. The geometry (``Geometry``, the output sizes,
-the window slices) lives in ``_geometry.py``, which ``pooling.py`` shares.
+Everything here works on raw NumPy arrays; the kernels of the convolution
+nodes (``convolution.py`` beside this file) call it. The geometry
+(``Geometry``, the output sizes, the window slices) lives in
+``functions/_geometry.py``, which the ops' bodies share.
 
 Column layouts. ``im2col`` (the public one) returns (N, C, kh, kw, oh, ow).
 The GEMM path builds *chunks* of B images in the layout (C, kh, kw, B, oh, ow),
@@ -14,8 +15,8 @@ the NCHW output, with no transposition at all, and an image whose columns
 are still too big is built and multiplied in bands of output rows. The
 chunks are shared out over the kernel's threads (``_parallel.over_chunks``;
 ``conv_forward``, ``conv_grad_w`` and ``deconv_forward`` run inside
-:func:`minichain.host.cpu_kernel_scope`).
-On the GPU one chunk holds the whole batch (one big cuBLAS product).
+:func:`minichain.host.cpu_kernel_scope`). The GPU's version (one chunk
+holding the whole batch) is ``kernels/cuda/im2col.py``.
 
 Transposing a large matrix in NumPy costs 1-4 ns per element (a 2048x512
 weight: ~4 ms, as long as its GEMM), so the products take transposed
@@ -26,8 +27,8 @@ import numpy
 from numpy.lib.stride_tricks import as_strided
 
 from minichain import backend, host
-from minichain.functions import (_batch_last, _conv_matrices, _parallel,
-                                 _strided_pointwise)
+from minichain.kernels.numpy import (_batch_last, _conv_matrices, _parallel,
+                                     _strided_pointwise)
 from minichain.functions._geometry import (  # noqa: F401  (shared names)
     Geometry, conv_outsize, deconv_outsize, is_pointwise, window_slices)
 
@@ -95,17 +96,11 @@ def _padded_windows(x, g, ws_name=None):
 # -- public layout (N, C, kh, kw, oh, ow) -------------------------------------
 def im2col(x, g):
     """Columns of ``x`` (N, C, h, w) as a fresh (N, C, kh, kw, oh, ow) array."""
-    if backend.get_array_module(x) is not numpy:
-        from minichain.functions import _cuda_kernels
-        return _cuda_kernels.im2col(x, g, batch_major=True)
     return numpy.ascontiguousarray(_padded_windows(x, g))
 
 
 def col2im(col, g):
     """Sum (N, C, kh, kw, oh, ow) columns back into a fresh (N, C, h, w)."""
-    if backend.get_array_module(col) is not numpy:
-        from minichain.functions import _cuda_kernels
-        return _cuda_kernels.col2im(col, g, batch_major=True)
     out = numpy.zeros(col.shape[:2] + (g.h, g.w), col.dtype)
     _col2im_add(out, col, g)
     return out
@@ -150,19 +145,15 @@ def _view_chunks(n, p):
 
 def _column_builder(x, g):
     """``cols(n0, n1, rows)``: the columns of images n0..n1 as a
-    (C*kh*kw, B*oh*ow) matrix, or with ``rows = (r0, r1)`` (one image, CPU)
+    (C*kh*kw, B*oh*ow) matrix, or with ``rows = (r0, r1)`` (one image)
     those of output rows r0..r1 only. The padded copy of an image is kept
     for its next band; make one builder per thread and call."""
     c = x.shape[1]
-    k, p = c * g.kh * g.kw, g.oh * g.ow
+    k = c * g.kh * g.kw
     last = [None, None]  # images (n0, n1) and their padded windows
 
     def cols(n0, n1, rows):
         b = n1 - n0
-        if backend.get_array_module(x) is not numpy:
-            from minichain.functions import _cuda_kernels
-            return _cuda_kernels.im2col(x[n0:n1], g, batch_major=False
-                                        ).reshape(k, b * p)
         if is_pointwise(g):
             m = _conv_matrices.matrix(x, n0, n1, 1)
             if m is not None:  # the input itself, read in place
@@ -343,11 +334,6 @@ def deconv_forward(x, W, g, groups):
         fg = Geometry(g.kh, g.kw, 1, 1, fpad[0], fpad[1], g.dy, g.dx,
                       g.oh, g.ow, g.h, g.w)
         return conv_forward(x, _flipped_weight(W, groups), fg, groups)
-    if xp is not numpy:
-        xc = _conv_matrices.operand(x, 0, n, groups, None, 'x')
-        col = xp.matmul(w2t, xc).reshape(c, g.kh, g.kw, n, g.oh, g.ow)
-        from minichain.functions import _cuda_kernels
-        return _cuda_kernels.col2im(col, g, batch_major=False)
     chunks = _chunks(xp, n, c * g.kh * g.kw * p * x.dtype.itemsize, p)
     # Images-last sums (_batch_last.add_columns) where the windows
     # overlap (a 1x1 window adds each column once: in place is faster) and
