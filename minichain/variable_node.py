@@ -52,7 +52,7 @@ class VariableNode:
     @property
     def xp(self):
         """``numpy`` or ``cupy``: where the recorded array lived."""
-        return backend.get_cupy() if self._on_gpu else numpy
+        return backend.cupy if self._on_gpu else numpy  # no device check
 
     def get_variable_or_none(self):
         """The Variable, if something still holds it; else None."""
