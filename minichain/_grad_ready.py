@@ -85,7 +85,7 @@ def add_link_hook(link, hook, done=None, between=None):
 
 
 def _uses(func):
-    """``func``'s inputs that require a gradient, each once."""
+    """``func``'s inputs (VariableNodes) that require a gradient, each once."""
     return {id(x): x for x in func.inputs if x.requires_grad}.values()
 
 
@@ -94,12 +94,14 @@ class GradReady:
     ``visited(func)`` after each function, ``finish()`` at the end."""
 
     def __init__(self, root):
-        self.pending = {}    # id(leaf) -> [leaf, pending uses]
-        self.before = {}     # id(leaf) -> its gradient before this walk
+        # Keyed by id(node) (the walk sees nodes; the hooks sit on the leaf
+        # Variable, which the entry holds, so the node stays alive too).
+        self.pending = {}    # id(node) -> [leaf Variable, pending uses]
+        self.before = {}     # id(node) -> the leaf's gradient before this walk
         self.dones = {}      # id(done) -> done
         self.betweens = {}   # id(between) -> between
         if _hooked:
-            self._count(root._creator)
+            self._count(root.creator)
 
     def _count(self, func):
         seen, stack = set(), [func]
@@ -108,13 +110,15 @@ class GradReady:
             if id(f) in seen or f.inputs is None:
                 continue
             seen.add(id(f))
-            for x in _uses(f):
-                if x._creator is not None:
-                    stack.append(x._creator)
-                elif x._grad_hooks:
-                    entry = self.pending.setdefault(id(x), [x, 0])
+            for node in _uses(f):
+                if node.creator is not None:
+                    stack.append(node.creator)
+                    continue
+                x = node.get_variable_or_none()
+                if x is not None and x._grad_hooks:
+                    entry = self.pending.setdefault(id(node), [x, 0])
                     entry[1] += 1
-                    self.before[id(x)] = x._grad_var
+                    self.before[id(node)] = x._grad_var
                     for _, done, between in x._grad_hooks:
                         if done is not None:
                             self.dones[id(done)] = done
@@ -126,13 +130,13 @@ class GradReady:
         pending use fewer; fire those that reach zero."""
         if not self.pending:
             return
-        for x in _uses(func):
-            entry = self.pending.get(id(x))
+        for node in _uses(func):
+            entry = self.pending.get(id(node))
             if entry is not None:
                 entry[1] -= 1
                 if entry[1] == 0:
-                    del self.pending[id(x)]
-                    self._fire(x)
+                    del self.pending[id(node)]
+                    self._fire(entry[0])
         for between in self.betweens.values():
             between()
 
@@ -148,6 +152,6 @@ class GradReady:
     def _fire(self, x):
         # Accumulation rebinds the gradient, so a new object means that this
         # walk added to it.
-        if x._grad_var is not self.before[id(x)]:
+        if x._grad_var is not self.before[id(x._node)]:
             for hook, _, _ in x._grad_hooks:
                 hook(x)

@@ -4,8 +4,11 @@ A subclass writes ``forward(inputs)`` on raw arrays and
 ``backward(target_input_indexes, grad_outputs)`` that returns Variables built
 from *other functions*, so that the gradient itself is differentiable (double
 backprop comes for free). ``apply`` runs forward and, when backprop is enabled,
-links the node into the graph: inputs held strongly (backward needs them),
-outputs weakly (a dropped output must be able to die).
+links the node into the graph through the VariableNodes of its inputs (held
+strongly: backward walks them) and of its outputs (weakly: a dropped output
+must be able to die). Of the arrays it keeps only those that forward declared
+with ``retain_inputs``/``retain_outputs``: an activation that no backward
+reads is freed as soon as the program drops it, not at backward.
 """
 import weakref
 
@@ -19,9 +22,9 @@ class FunctionNode:
     """Base class of every differentiable operation.
 
     Attributes:
-        inputs: tuple of input Variables (None until applied with backprop,
-            and again after backward freed the graph).
-        outputs: tuple of weak references to the output Variables.
+        inputs: tuple of the inputs' VariableNodes (None until applied with
+            backprop, and again after backward freed the graph).
+        outputs: tuple of weak references to the outputs' VariableNodes.
         generation: max generation of the inputs; backward visits nodes in
             decreasing generation, so a node runs after all its consumers.
     """
@@ -31,6 +34,7 @@ class FunctionNode:
     generation = 0
     _input_indexes_to_retain = None
     _output_indexes_to_retain = None
+    _retained_input_data = None
     _retained_output_data = None
     _freed = False
 
@@ -64,10 +68,17 @@ class FunctionNode:
                          for y in outputs)
         if config.enable_backprop and requires_grad:
             self.generation = max(x.generation for x in in_vars)
-            self.inputs = in_vars
-            self.outputs = tuple(weakref.ref(y) for y in out_vars)
+            # Nodes, not Variables: the graph holds no array by itself.
+            self.inputs = tuple(x.node for x in in_vars)
+            self.outputs = tuple(weakref.ref(y.node) for y in out_vars)
+            for v in in_vars + out_vars:
+                v.node._record(v.array)  # to check gradients against
             for y in out_vars:
                 y.creator = self
+            # The arrays backward reads, and only those.
+            if self._input_indexes_to_retain is not None:
+                self._retained_input_data = tuple(
+                    in_vars[i].array for i in self._input_indexes_to_retain)
             if self._output_indexes_to_retain is not None:
                 self._retained_output_data = tuple(
                     outputs[i] for i in self._output_indexes_to_retain)
@@ -97,10 +108,16 @@ class FunctionNode:
         self._output_indexes_to_retain = tuple(indexes)
 
     def get_retained_inputs(self):
-        """The retained input Variables, in the order given to retain_inputs."""
+        """The retained input Variables, in the order given to retain_inputs.
+
+        An input the program has dropped is re-created on its retained array
+        with its graph node, so its creator is right and double backprop
+        flows through it.
+        """
         self._check_not_freed()
         _check_declared(self, self._input_indexes_to_retain, 'inputs')
-        return tuple(self.inputs[i] for i in self._input_indexes_to_retain)
+        return tuple(self.inputs[i].get_variable(data) for i, data in zip(
+            self._input_indexes_to_retain, self._retained_input_data))
 
     def get_retained_outputs(self):
         """The retained output Variables (re-created if the user dropped them).
@@ -114,20 +131,24 @@ class FunctionNode:
         result = []
         for i, data in zip(self._output_indexes_to_retain,
                            self._retained_output_data):
-            y = self.outputs[i]()
-            if y is None:
+            node = self.outputs[i]()
+            if node is not None:
+                y = node.get_variable(data)
+            else:  # no Variable and no consumer left: a new output node
                 y = Variable(data)
                 y.creator = self
+                y.node._record(data)
                 refs = list(self.outputs)
-                refs[i] = weakref.ref(y)
+                refs[i] = weakref.ref(y.node)
                 self.outputs = tuple(refs)
             result.append(y)
         return tuple(result)
 
     # -- graph management ----------------------------------------------------
     def free(self):
-        """Drop inputs and retained outputs so the upstream graph can die."""
+        """Drop inputs and retained arrays so the upstream graph can die."""
         self.inputs = None
+        self._retained_input_data = None
         self._retained_output_data = None
         self._freed = True
 

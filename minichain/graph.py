@@ -7,6 +7,10 @@ variable's ``creator`` and each function's ``inputs`` and returns a
 boxes labelled with the FunctionNode's ``label``). ``render`` writes the DOT
 file and, when Graphviz's ``dot`` program is installed, a PNG beside it.
 
+A variable the program still holds is drawn as its Variable; one it has
+dropped lives on in the graph only as its VariableNode (no data, but its
+name, shape and dtype), and is drawn from that.
+
 Build the graph *before* ``backward()``, or run backward with
 ``retain_graph=True``: backward frees each node's inputs once it has run, and
 a freed node is drawn dashed with nothing above it.
@@ -24,7 +28,7 @@ import subprocess
 import tempfile
 import warnings
 
-from minichain.variable import Variable
+from minichain.variable import Variable, VariableNode
 
 __all__ = ['ComputationalGraph', 'build_computational_graph', 'render']
 
@@ -37,8 +41,9 @@ class ComputationalGraph:
     """Variables and functions reachable backward from some outputs.
 
     Attributes:
-        nodes: tuple of the Variables and FunctionNodes, in topological
-            order (every node after the nodes it was computed from).
+        nodes: tuple of the Variables (VariableNodes for those that the
+            program dropped) and FunctionNodes, in topological order (every
+            node after the nodes it was computed from).
         edges: tuple of ``(src, dst)`` pairs of those objects: ``(x, f)``
             when ``f`` reads ``x`` (twice for ``x * x``), ``(f, y)`` when
             ``f`` created ``y``.
@@ -60,7 +65,7 @@ class ComputationalGraph:
         self.ids = {}
         counts = {'v': 0, 'f': 0}
         for node in self.nodes:
-            kind = 'v' if isinstance(node, Variable) else 'f'
+            kind = 'v' if _is_variable(node) else 'f'
             self.ids[id(node)] = '{}{}'.format(kind, counts[kind])
             counts[kind] += 1
 
@@ -85,7 +90,7 @@ class ComputationalGraph:
         return '\n'.join(lines) + '\n'
 
     def _style(self, node):
-        if isinstance(node, Variable):
+        if _is_variable(node):
             style = dict(self.variable_style)
             style['label'] = _variable_label(node, self.show_name)
         else:
@@ -174,10 +179,22 @@ def _walk(outputs):
     return nodes, edges
 
 
+def _is_variable(node):
+    return isinstance(node, (Variable, VariableNode))
+
+
 def _predecessors(node):
-    if isinstance(node, Variable):
+    if _is_variable(node):
         return [] if node.creator is None else [node.creator]
-    return [] if node.inputs is None else list(node.inputs)
+    return [] if node.inputs is None else [_shown(x) for x in node.inputs]
+
+
+def _shown(node):
+    """What stands for a function's input in the picture: the Variable while
+    the program holds it (the object the user knows), else its node. Each
+    is one object for the whole walk, so ``id`` finds it again."""
+    var = node.get_variable_or_none()
+    return node if var is None else var
 
 
 def _merge(arg, default, extra):
@@ -193,7 +210,7 @@ def _merge(arg, default, extra):
 
 
 def _variable_label(v, show_name):
-    if v.array is None:
+    if isinstance(v, Variable) and v.array is None:
         desc = 'uninitialized'
     else:
         desc = '{}, {}'.format(tuple(v.shape), v.dtype)

@@ -1,17 +1,20 @@
 """Variable, Parameter and the generation-ordered backward walk.
 
-A Variable wraps an array and remembers the FunctionNode that created it.
+A Variable wraps an array; its VariableNode (variable_node.py) is its place
+in the graph: the FunctionNode that created it, the generation.
 ``backward()`` seeds the output gradient and visits creators from the highest
 generation down, so that a node runs only after every consumer of its outputs
 has delivered its gradient (a diamond graph is differentiated once per node).
 """
 import heapq
 import itertools
+import weakref
 
 import numpy
 
 from minichain import _grad_ready, backend
 from minichain.configuration import config, using_config
+from minichain.variable_node import VariableNode
 
 
 def _array_attribute(name):
@@ -52,11 +55,8 @@ class Variable:
                     '(wrap it with numpy.asarray first)'.format(
                         type(data).__name__))
         self._data = data
-        self.name = name
-        self.requires_grad = requires_grad
+        self._node = VariableNode(self, requires_grad, name)
         self._grad_var = None
-        self._creator = None
-        self.generation = 0
 
     # -- data and gradient ----------------------------------------------------
     @property
@@ -96,18 +96,45 @@ class Variable:
 
     def _check_grad(self, g, where):
         if self._data is not None:
-            _check_grad_type(where, self, g)
+            _check_grad_type(where, 'variable ' + self._label(), self, g)
+
+    # -- its place in the graph (kept on the node, see VariableNode) ---------
+    @property
+    def node(self):
+        """The VariableNode that stands for this variable in the graph."""
+        return self._node
 
     @property
     def creator(self):
         """The FunctionNode that produced this variable (None for a leaf)."""
-        return self._creator
+        return self._node.creator
 
     @creator.setter
     def creator(self, func):
-        self._creator = func
+        self._node.creator = func
         if func is not None:
-            self.generation = func.generation + 1
+            self._node.generation = func.generation + 1
+
+    generation = property(lambda self: self._node.generation,
+                          doc='``creator.generation + 1``; 0 for a leaf.')
+
+    @property
+    def requires_grad(self):
+        """Whether backward computes a gradient for this variable."""
+        return self._node.requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value):
+        self._node.requires_grad = value
+
+    @property
+    def name(self):
+        """Optional name shown in ``repr``, error messages and graphs."""
+        return self._node.name
+
+    @name.setter
+    def name(self, value):
+        self._node.name = value
 
     # -- array-like attributes ------------------------------------------------
     shape = _array_attribute('shape')
@@ -144,7 +171,7 @@ class Variable:
 
     def unchain(self):
         """Cut the link to the creator: this variable becomes a leaf."""
-        self._creator = None
+        self._node.creator = None
 
     def unchain_backward(self):
         """Cut every creator link upstream of this variable (truncated BPTT).
@@ -153,11 +180,11 @@ class Variable:
         leaves; their data stays, the functions between them can be freed.
         """
         seen = set()
-        stack = [self]
+        stack = [self._node]
         while stack:
             v = stack.pop()
-            f = v._creator
-            v._creator = None
+            f = v.creator
+            v.creator = None
             if f is None or id(f) in seen or f.inputs is None:
                 continue
             seen.add(id(f))
@@ -194,6 +221,14 @@ class Variable:
         state.pop('_grad_hooks', None)
         return state
 
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        # A deep copy or an unpickled variable comes with a copy of its node
+        # that points nowhere (VariableNode.__getstate__): link the two. A
+        # shallow copy shares the original's node and leaves it as it is.
+        if self._node.get_variable_or_none() is None:
+            self._node._variable = weakref.ref(self)
+
     def to_cpu(self):
         """Move data and gradient to host memory, in place."""
         self._data = backend.to_cpu(self._data)
@@ -218,8 +253,9 @@ class Variable:
             enable_double_backprop: build a graph of the gradient computation
                 so that gradients can be differentiated again.
             retain_graph: keep the graph for another backward. By default each
-                node frees its inputs once it has run, so activations die as
-                soon as they are no longer needed (a lower memory peak).
+                function drops its inputs' nodes and the arrays it retained
+                once it has run, so activations die as soon as they are no
+                longer needed (a lower memory peak).
 
         Gradients of leaves accumulate across calls until ``cleargrad``; an
         intermediate variable's gradient is recomputed by each call.
@@ -229,7 +265,7 @@ class Variable:
                 gradient was set (``y.grad = ...``) before the call.
             RuntimeError: the graph was freed by an earlier backward.
         """
-        if self._creator is None:
+        if self._node.creator is None:
             return
         if self._grad_var is None:
             if self._data.size != 1:
@@ -246,12 +282,15 @@ class Variable:
 
 
 def _backward_walk(root, retain_grad, keep_graph):
-    """Visit creators in decreasing generation; accumulate input gradients."""
+    """Visit creators in decreasing generation; accumulate input gradients.
+
+    The walk goes over nodes (VariableNode): an intermediate Variable may be
+    gone, so its gradient is summed in ``grads`` until its creator has run.
+    Leaves accumulate on their Variable (if still alive: a gradient nobody
+    can read is dropped).
+    """
     heap, queued, tiebreak = [], set(), itertools.count()
-    # Intermediate variables that received a gradient in this walk and wait
-    # for their creator. Freeing a consumer drops its strong reference to its
-    # inputs, so the walk keeps them alive here until their creator has run.
-    pending = {}
+    grads = {}  # node -> its gradient in this walk, until its creator runs
     ready = _grad_ready.GradReady(root)  # fires the gradient-ready hooks
 
     def push(func):
@@ -259,13 +298,16 @@ def _backward_walk(root, retain_grad, keep_graph):
             queued.add(id(func))
             heapq.heappush(heap, (-func.generation, next(tiebreak), func))
 
-    push(root._creator)
+    push(root.creator)
     while heap:
         func = heapq.heappop(heap)[2]
         func._check_not_freed()
-        outputs = [ref() for ref in func.outputs]
-        grad_outputs = tuple(None if y is None else y._grad_var
-                             for y in outputs)
+        outputs = [ref() for ref in func.outputs]  # nodes, None if dead
+        # An output this walk gave nothing to offers the gradient its
+        # Variable holds: the root's seed, or one set by hand.
+        grad_outputs = tuple(
+            None if y is None else grads.pop(y) if y in grads
+            else _grad_of(y.get_variable_or_none()) for y in outputs)
         targets = tuple(i for i, x in enumerate(func.inputs) if x.requires_grad)
         if targets and any(g is not None for g in grad_outputs):
             grad_inputs = _call_backward(func, targets, grad_outputs)
@@ -273,29 +315,36 @@ def _backward_walk(root, retain_grad, keep_graph):
                 if gx is None:
                     continue
                 x = func.inputs[i]
-                _check_grad_type(func.label + '.backward', x, gx.array, i)
+                _check_grad_type(func.label + '.backward',
+                                 'input {}'.format(i), x, gx.array)
                 if config.debug:
                     _check_nan(func, i, gx.array)
-                # A leaf accumulates across calls; an intermediate starts
-                # afresh in each walk (a gradient kept by retain_grad in an
-                # earlier call must not leak into this one).
-                if x._creator is None or id(x) in pending:
-                    # Rebind, never +=: the old gradient may be shared.
-                    x._grad_var = (gx if x._grad_var is None
-                                   else x._grad_var + gx)
+                # Rebind, never +=: the old gradient may be shared.
+                if x.creator is None:
+                    # A leaf accumulates across calls, until cleargrad.
+                    var = x.get_variable_or_none()
+                    if var is not None:
+                        var._grad_var = (gx if var._grad_var is None
+                                         else var._grad_var + gx)
+                elif x in grads:
+                    grads[x] = grads[x] + gx
                 else:
-                    x._grad_var = gx
-                    pending[id(x)] = x
-                    push(x._creator)
-        for y in outputs:
-            if y is not None:
-                pending.pop(id(y), None)
-                if not retain_grad and y is not root:
-                    y._grad_var = None
+                    # An intermediate starts afresh in each walk (a gradient
+                    # kept by retain_grad earlier must not leak into this).
+                    grads[x] = gx
+                    push(x.creator)
+        for y, gy in zip(outputs, grad_outputs):
+            var = None if y is None else y.get_variable_or_none()
+            if var is not None and var is not root:
+                var._grad_var = gy if retain_grad else None
         ready.visited(func)
         if not keep_graph:
             func.free()
     ready.finish()
+
+
+def _grad_of(var):
+    return None if var is None else var._grad_var
 
 
 def _call_backward(func, targets, grad_outputs):
@@ -312,24 +361,22 @@ def _call_backward(func, targets, grad_outputs):
     return tuple(None if g is None else as_variable(g) for g in result)
 
 
-def _check_grad_type(where, x, g, index=None):
-    """Raise unless gradient array ``g`` matches ``x`` in device, dtype, shape.
+def _check_grad_type(where, what, x, g):
+    """Raise unless gradient array ``g`` matches ``x`` (a Variable, or a
+    VariableNode: what its array was) in device, dtype and shape.
 
     Checked on every gradient, not only in debug mode: it needs no device
     synchronisation, and a wrong shape would broadcast silently into the sum.
     """
-    what = 'variable ' + x._label() if index is None else 'input {}'.format(
-        index)
-    a = x._data
-    if backend.get_array_module(g) is not backend.get_array_module(a):
-        raise TypeError('{}: gradient for {} is a {} but its data is a {}'
-                        .format(where, what, type(g).__name__,
-                                type(a).__name__))
-    if g.dtype != a.dtype or g.shape != a.shape:
-        raise (TypeError if g.dtype != a.dtype else ValueError)(
+    if backend.get_array_module(g) is not x.xp:
+        raise TypeError('{}: gradient for {} is a {} but its data is a {} '
+                        'array'.format(where, what, type(g).__name__,
+                                       x.xp.__name__))
+    if g.dtype != x.dtype or g.shape != x.shape:
+        raise (TypeError if g.dtype != x.dtype else ValueError)(
             '{}: gradient for {} has shape {} dtype {}, but {} has shape {} '
-            'dtype {}'.format(where, what, g.shape, g.dtype, what, a.shape,
-                              a.dtype))
+            'dtype {}'.format(where, what, g.shape, g.dtype, what, x.shape,
+                              x.dtype))
 
 
 def _check_nan(func, index, g):

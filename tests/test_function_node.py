@@ -173,7 +173,7 @@ def test_graph_is_freed_after_backward():
 def test_retain_graph_keeps_the_graph():
     x = leaf(1.0)
     h = scale(x, 2)
-    h_ref = weakref.ref(h)
+    h_ref = weakref.ref(h.node)  # the graph keeps h's node, not h
     y = F.sum(scale(h, 3))
     del h
     y.backward(retain_graph=True)
@@ -340,3 +340,72 @@ def test_forward_scalar_result_becomes_an_array():
             return inputs[0].sum(),  # a NumPy scalar, not an array
     y = SumAll().apply((leaf(1.0, 2.0),))[0]
     assert isinstance(y.array, numpy.ndarray) and y.shape == ()
+
+
+def _conv_relu_conv(x, W1, W2):
+    """conv -> relu -> conv -> relu -> sum, and the three intermediates."""
+    h = F.convolution_2d(x, W1, pad=1)   # keeps x and W1, not h
+    y = F.relu(h)                        # keeps y, not h
+    k = F.convolution_2d(y, W2, pad=1)   # keeps y and W2, not k
+    return F.sum(F.relu(k)), h, y, k
+
+
+def test_graph_keeps_only_the_arrays_that_functions_retained():
+    rng = numpy.random.RandomState(0)
+    arrays = (rng.randn(2, 3, 5, 5), rng.randn(4, 3, 3, 3),
+              rng.randn(4, 4, 3, 3))
+    x, W1, W2 = (Variable(a) for a in arrays)
+    loss, h, y, k = _conv_relu_conv(x, W1, W2)
+    h_ref, y_ref, k_ref = (weakref.ref(v.array) for v in (h, y, k))
+    del h, y, k
+    gc.collect()
+    # No function retained h or k: the graph lets them go at once. y is
+    # relu's retained output and the second convolution's retained input.
+    assert h_ref() is None and k_ref() is None
+    assert y_ref() is not None
+    assert loss.creator.inputs[0].creator.inputs[0].creator.inputs[0] \
+        .creator.inputs[0].creator is not None      # the graph is whole
+    loss.backward()
+    assert y_ref() is None  # backward freed the graph as it went
+    # The same gradients as with every intermediate still held by name.
+    refs = [Variable(a) for a in arrays]
+    _conv_relu_conv(*refs)[0].backward()
+    for v, r in zip((x, W1, W2), refs):
+        numpy.testing.assert_allclose(v.grad, r.grad, rtol=1e-12)
+
+
+def test_double_backprop_through_dropped_retained_variables():
+    # Mul re-creates h from its retained array, Exp re-creates its retained
+    # output: both must carry Exp as creator, or the second derivative
+    # misses the path through exp.
+    x = leaf(0.3, -0.7)
+    h = F.exp(x)
+    z = F.sum(h * h)          # sum(exp(2x))
+    del h
+    z.backward(enable_double_backprop=True)
+    gx = x.grad_var
+    numpy.testing.assert_allclose(gx.array, 2 * numpy.exp(2 * x.array))
+    x.cleargrad()
+    F.sum(gx).backward()
+    numpy.testing.assert_allclose(x.grad, 4 * numpy.exp(2 * x.array))
+
+
+def test_copies_of_a_variable_get_their_own_graph_node():
+    import copy
+    import pickle
+    v = Variable(numpy.ones(2), name='v')
+    for c in (copy.deepcopy(v), pickle.loads(pickle.dumps(v))):
+        assert c.node is not v.node and c.node.get_variable_or_none() is c
+        assert c.name == 'v' and v.node.get_variable_or_none() is v
+    shallow = copy.copy(v)  # shares the node, which stays v's
+    assert shallow.node is v.node and v.node.get_variable_or_none() is v
+
+
+def test_a_model_used_once_deep_copies():
+    # Its parameters' nodes have recorded their arrays: nothing in a node
+    # may refuse to be copied (a module would).
+    import copy
+    W = Variable(numpy.ones((2, 2)), name='W')
+    F.sum(W * 2).backward()
+    twin = copy.deepcopy(W)
+    assert twin.node.dtype == W.dtype and twin.node.xp is numpy

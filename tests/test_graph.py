@@ -9,8 +9,9 @@ import pytest
 import minichain
 import minichain.functions as F
 import minichain.graph
-from minichain import Variable
+from minichain import FunctionNode, Variable
 from minichain.graph import build_computational_graph, render
+from minichain.variable import VariableNode
 
 
 def var(shape, name=None, dtype=numpy.float32):
@@ -62,13 +63,17 @@ def test_nodes_and_edges_are_the_real_objects_in_topological_order():
     g = build_computational_graph([y])
     assert g.nodes[0] is x and g.nodes[1] is W and g.nodes[-1] is y
     assert g.nodes[2] is y.creator.inputs[0].creator.inputs[0].creator
-    kinds = ['v' if isinstance(n, Variable) else 'f' for n in g.nodes]
+    kinds = ['f' if isinstance(n, FunctionNode) else 'v' for n in g.nodes]
     assert kinds == list('vvfvfvfv')
+    # The intermediates were dropped by small_graph: only their graph nodes
+    # (no data) are left to draw.
+    assert all(isinstance(g.nodes[i], VariableNode) for i in (3, 5))
+    assert g.nodes[3] is y.creator.inputs[0].creator.inputs[0]
     pos = {id(n): i for i, n in enumerate(g.nodes)}
     assert len(g.edges) == 7
     for src, dst in g.edges:
         assert pos[id(src)] < pos[id(dst)]
-        assert isinstance(src, Variable) != isinstance(dst, Variable)
+        assert isinstance(src, FunctionNode) != isinstance(dst, FunctionNode)
     assert g.ids[id(x)] == 'v0' and g.ids[id(y.creator)] == 'f2'
 
 
@@ -87,7 +92,7 @@ def test_shared_variable_appears_once_with_one_edge_per_use():
     assert sum(n is a for n in g.nodes) == 1
     out_of_a = [dst.label for src, dst in g.edges if src is a]
     assert sorted(out_of_a) == ['Mul', 'Mul', 'Tanh']
-    assert [n.label for n in g.nodes if not isinstance(n, Variable)] == \
+    assert [n.label for n in g.nodes if isinstance(n, FunctionNode)] == \
         ['Exp', 'Mul', 'Tanh', 'Add']
 
 

@@ -2,8 +2,9 @@
 log_softmax.
 
 Where the output determines the derivative (relu, sigmoid, tanh, softmax,
-log_softmax) backward reads the retained *output*, so the input can be freed
-as soon as the next layer has consumed it.
+log_softmax) backward reads the retained *output*, and the graph keeps no
+reference to the input's array: in ``F.relu(conv(x))`` the convolution's
+output is freed as soon as relu has run (docs/tape.md shows it).
 """
 from minichain import backend
 from minichain.function_node import FunctionNode
