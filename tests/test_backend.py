@@ -34,8 +34,26 @@ def test_gpu_available_is_a_bool():
     assert backend.gpu_available() in (True, False)
 
 
-def _fake_cupy(is_available):
-    cuda = types.SimpleNamespace(is_available=is_available)
+class FakeCudaError(RuntimeError):
+    """As CuPy's CUDARuntimeError: the message and the status code."""
+
+    def __init__(self, status, text):
+        super().__init__(text)
+        self.status = status
+
+
+def _fake_cupy(device_count, driver=13000, runtime=13000):
+    runtime_api = types.SimpleNamespace(
+        getDeviceCount=device_count, driverGetVersion=lambda: driver,
+        runtimeGetVersion=lambda: runtime)
+
+    def is_available():  # CuPy's: any error is a cached False
+        try:
+            return device_count() > 0
+        except Exception:
+            return False
+    cuda = types.SimpleNamespace(is_available=is_available,
+                                 runtime=runtime_api)
     return types.SimpleNamespace(cuda=cuda, ndarray=type('FakeArray', (), {}))
 
 
@@ -53,17 +71,58 @@ def test_without_cupy_gpu_calls_say_why(monkeypatch):
 
 
 def test_cupy_without_a_device(monkeypatch):
-    monkeypatch.setattr(backend, 'cupy', _fake_cupy(lambda: False))
+    monkeypatch.setattr(backend, 'cupy', _fake_cupy(lambda: 0))
     assert backend.gpu_available() is False
+    assert backend.gpu_problem()[0] is True
     with pytest.raises(RuntimeError, match='no CUDA device'):
         backend.to_gpu(numpy.ones(2))
 
 
-def test_cupy_whose_driver_query_raises(monkeypatch):
+def _raising(status, text):
+    def count():
+        raise FakeCudaError(status, text)
+    return count
+
+
+NO_DEVICE = 'cudaErrorNoDevice: no CUDA-capable device is detected'
+OLD_DRIVER = ('cudaErrorInsufficientDriver: CUDA driver version is '
+              'insufficient for CUDA runtime version')
+
+
+@pytest.mark.parametrize('status,text,driver,absent', [
+    (100, NO_DEVICE, 12040, True),
+    (35, OLD_DRIVER, 0, True),            # no driver at all: no GPU here
+    (35, OLD_DRIVER, 12040, False),       # a driver older than the runtime
+    (999, 'cudaErrorUnknown: unknown error', 13000, False),
+])
+def test_cupy_whose_device_count_raises(monkeypatch, status, text, driver,
+                                        absent):
+    """A CUDA error is not reported as "no GPU": CuPy's is_available()
+    turns every error into False, so an old driver (the cuda13 extra on a
+    CUDA 12 driver) was blamed on CUDA_VISIBLE_DEVICES."""
+    monkeypatch.setattr(backend, 'cupy', _fake_cupy(_raising(status, text),
+                                                    driver=driver))
+    assert backend.gpu_available() is False
+    assert backend.gpu_problem()[0] is absent
+    with pytest.raises(RuntimeError) as e:
+        backend.check_cuda_available()
+    message = str(e.value)
+    if absent:
+        assert 'no GPU can be used' in message, message
+    else:
+        assert text in message and 'no GPU' not in message, message
+        assert 'CUDA_VISIBLE_DEVICES' not in message, message
+    if driver == 12040 and status == 35:
+        assert 'driver supports CUDA 12.4 and CuPy runs CUDA 13.0' in message
+        assert 'minichain[cuda12]' in message
+
+
+def test_cupy_whose_driver_query_raises_without_a_status(monkeypatch):
     def broken():
-        raise OSError('libcuda.so not found')
+        raise OSError('libcuda.so: cannot open shared object file')
     monkeypatch.setattr(backend, 'cupy', _fake_cupy(broken))
     assert backend.gpu_available() is False
+    assert 'libcuda.so: cannot open' in backend.gpu_problem()[1]
 
 
 @pytest.mark.gpu
@@ -101,6 +160,8 @@ def _cupy_14_with(nvrtc_error):
             raise OSError(nvrtc_error)
         return (13, 0)
     cuda = types.SimpleNamespace(is_available=lambda: True,
+                                 runtime=types.SimpleNamespace(
+                                     getDeviceCount=lambda: 1),
                                  nvrtc=types.SimpleNamespace(
                                      getVersion=get_version))
     return types.SimpleNamespace(cuda=cuda, ndarray=type('A', (), {}),
