@@ -43,12 +43,9 @@ def check_one_gpu_per_rank(mpi_comm, device_id, where):
     NCCL needs one GPU per rank; ranks that never selected a device all sit
     on GPU 0, which this catches before NCCL hangs or fails obscurely.
     """
+    from minichain.device import gpu_bus_id
     MPI = _mpi.import_mpi()
-    cupy = backend.get_cupy()
-    try:
-        bus = cupy.cuda.Device(device_id).pci_bus_id
-    except Exception:  # old CuPy: fall back to the device ordinal
-        bus = str(device_id)
+    bus = gpu_bus_id(device_id)
     keys = mpi_comm.allgather((MPI.Get_processor_name(), bus, device_id))
     seen = {}
     for r, key in enumerate(keys):
