@@ -181,7 +181,8 @@ def test_cupy_14_without_its_toolkit_wheels_says_which(
     from minichain import _cuda_wheels
     monkeypatch.setattr(backend, 'cupy', _cupy_14_with(nvrtc_error))
     monkeypatch.setattr(backend, '_toolkit_checked', None)
-    monkeypatch.setattr(_cuda_wheels, 'cuda_headers', lambda: headers)
+    monkeypatch.setattr(_cuda_wheels, 'cuda_headers',
+                        lambda cupy=None: headers)
     monkeypatch.setattr(_cuda_wheels, 'cuda_major', lambda cupy: 13)
     with pytest.raises(RuntimeError) as e:
         backend.check_cuda_available()
@@ -193,5 +194,50 @@ def test_cupy_14_with_its_toolkit_wheels_passes(monkeypatch):
     from minichain import _cuda_wheels
     monkeypatch.setattr(backend, 'cupy', _cupy_14_with(None))
     monkeypatch.setattr(backend, '_toolkit_checked', None)
-    monkeypatch.setattr(_cuda_wheels, 'cuda_headers', lambda: '/inc')
+    monkeypatch.setattr(_cuda_wheels, 'cuda_headers',
+                        lambda cupy=None: '/inc')
     backend.check_cuda_available()
+
+
+def _toolkit(root):
+    include = root / 'include'
+    include.mkdir(parents=True)
+    (include / 'cuda_runtime.h').write_text('/* */\n')
+    return str(include)
+
+
+@pytest.mark.parametrize('where', ['cupy root', 'CUDA_PATH', 'CUDA_HOME',
+                                   'system', None])
+def test_cuda_headers_are_found_where_cupy_finds_them(
+        monkeypatch, tmp_path, where):
+    """CuPy compiles against its CUDA root (from NVRTC's location),
+    CUDA_PATH and /usr/local/cuda, not only the runtime wheel's headers: a
+    node with a system CUDA and no runtime wheel was refused."""
+    import sys
+    from minichain import _cuda_wheels
+    monkeypatch.setitem(sys.modules, 'cuda.pathfinder', types.SimpleNamespace(
+        find_nvidia_header_directory=lambda name: None))
+    for name in ('CUDA_PATH', 'CUDA_HOME'):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(_cuda_wheels, 'SYSTEM_CUDA', str(tmp_path / 'none'))
+    root = tmp_path / 'cuda'
+    include = _toolkit(root) if where else None
+    cuda_path = str(root) if where == 'cupy root' else None
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        get_cuda_path=lambda: cuda_path))
+    if where in ('CUDA_PATH', 'CUDA_HOME'):
+        monkeypatch.setenv(where, str(root))
+    if where == 'system':
+        monkeypatch.setattr(_cuda_wheels, 'SYSTEM_CUDA', str(root))
+    assert _cuda_wheels.cuda_headers(cupy) == include
+
+
+def test_cuda_headers_of_the_runtime_wheel_come_first(monkeypatch, tmp_path):
+    import sys
+    from minichain import _cuda_wheels
+    wheel = _toolkit(tmp_path / 'wheel')
+    monkeypatch.setitem(sys.modules, 'cuda.pathfinder', types.SimpleNamespace(
+        find_nvidia_header_directory=lambda name: wheel))
+    monkeypatch.setenv('CUDA_PATH', str(tmp_path / 'system'))
+    _toolkit(tmp_path / 'system')
+    assert _cuda_wheels.cuda_headers(None) == wheel
