@@ -261,6 +261,27 @@ def get_cupy():
     return cupy
 
 
+def set_tf32(enabled):
+    """Let float32 matrix products on the GPU (cuBLAS through CuPy: the
+    linear layers and the GPU convolutions) run on TF32 tensor cores, or
+    not (the default, as PyTorch's matmul default): TF32 rounds the factors
+    to a 10-bit mantissa (sums stay float32) for several times the float32
+    rate on Ampere and later. Process-wide, for the current device's
+    CuPy; CuPy's own switch is the ``CUPY_TF32`` variable."""
+    cp = get_cupy()
+    cp._core.set_compute_type(numpy.float32, cp._core.COMPUTE_TYPE_TF32
+                              if enabled else cp._core.COMPUTE_TYPE_DEFAULT)
+
+
+def tf32_enabled():
+    """Whether float32 products on the GPU use TF32 (False without one)."""
+    cp = _cupy_if_imported()
+    if cp is None or not gpu_available():
+        return False
+    return (cp._core.get_compute_type(numpy.float32)
+            == cp._core.COMPUTE_TYPE_TF32)
+
+
 def get_nccl():
     """``cupy.cuda.nccl``, or a ``RuntimeError`` saying what is missing.
 

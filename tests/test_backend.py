@@ -241,3 +241,21 @@ def test_cuda_headers_of_the_runtime_wheel_come_first(monkeypatch, tmp_path):
     monkeypatch.setenv('CUDA_PATH', str(tmp_path / 'system'))
     _toolkit(tmp_path / 'system')
     assert _cuda_wheels.cuda_headers(None) == wheel
+
+
+def test_tf32_switch_sets_cupys_float32_compute_type(monkeypatch):
+    calls = []
+    core = types.SimpleNamespace(
+        COMPUTE_TYPE_DEFAULT=1, COMPUTE_TYPE_TF32=7,
+        set_compute_type=lambda dtype, kind: calls.append((dtype, kind)),
+        get_compute_type=lambda dtype: calls[-1][1] if calls else 1)
+    fake = _cupy_14_with(None)
+    fake._core = core
+    monkeypatch.setattr(backend, 'cupy', fake)
+    monkeypatch.setattr(backend, '_toolkit_checked', '')
+    monkeypatch.setitem(__import__('sys').modules, 'cupy', fake)
+    assert backend.tf32_enabled() is False  # CuPy's default: full float32
+    backend.set_tf32(True)
+    assert calls == [(numpy.float32, 7)] and backend.tf32_enabled()
+    backend.set_tf32(False)
+    assert calls[-1] == (numpy.float32, 1) and not backend.tf32_enabled()
