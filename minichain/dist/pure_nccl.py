@@ -231,6 +231,7 @@ class PureNcclCommunicator(FlatCommunicator):
                            cupy.cuda.get_current_stream())
             if op == 'mean':
                 buf *= 1.0 / self.size
+            self._in_flight = cupy.cuda.get_current_stream().record()
         return buf
 
     def multi_node_mean_grad_async(self, model, zero_fill, stream, tag):
