@@ -266,11 +266,20 @@ def set_tf32(enabled):
     linear layers and the GPU convolutions) run on TF32 tensor cores, or
     not (the default, as PyTorch's matmul default): TF32 rounds the factors
     to a 10-bit mantissa (sums stay float32) for several times the float32
-    rate on Ampere and later. Process-wide, for the current device's
-    CuPy; CuPy's own switch is the ``CUPY_TF32`` variable."""
+    rate on Ampere and later. CuPy's own switch is the ``CUPY_TF32``
+    variable; it reaches only CuPy's 2-D products (``dot``), while its
+    batched ``matmul`` (the GPU convolutions) asks cuBLAS for float32
+    compute, which the cuBLAS handle's math mode turns into TF32. So both
+    are set: the compute type for the process, the math mode for the
+    current device's handle in the calling thread (call it after choosing
+    the device)."""
     cp = get_cupy()
     cp._core.set_compute_type(numpy.float32, cp._core.COMPUTE_TYPE_TF32
                               if enabled else cp._core.COMPUTE_TYPE_DEFAULT)
+    from cupy_backends.cuda.libs import cublas  # cupy.cuda.cublas, loaded
+    cublas.setMathMode(cp.cuda.device.get_cublas_handle(),
+                       cublas.CUBLAS_TF32_TENSOR_OP_MATH if enabled
+                       else cublas.CUBLAS_DEFAULT_MATH)
 
 
 def tf32_enabled():

@@ -249,13 +249,25 @@ def test_tf32_switch_sets_cupys_float32_compute_type(monkeypatch):
         COMPUTE_TYPE_DEFAULT=1, COMPUTE_TYPE_TF32=7,
         set_compute_type=lambda dtype, kind: calls.append((dtype, kind)),
         get_compute_type=lambda dtype: calls[-1][1] if calls else 1)
+    modes = []
+    cublas = types.SimpleNamespace(
+        CUBLAS_DEFAULT_MATH=0, CUBLAS_TF32_TENSOR_OP_MATH=3,
+        setMathMode=lambda handle, mode: modes.append((handle, mode)))
     fake = _cupy_14_with(None)
     fake._core = core
+    fake.cuda.device = types.SimpleNamespace(get_cublas_handle=lambda: 42)
     monkeypatch.setattr(backend, 'cupy', fake)
     monkeypatch.setattr(backend, '_toolkit_checked', '')
-    monkeypatch.setitem(__import__('sys').modules, 'cupy', fake)
+    modules = __import__('sys').modules
+    monkeypatch.setitem(modules, 'cupy', fake)
+    for name in ('cupy_backends', 'cupy_backends.cuda'):
+        monkeypatch.setitem(modules, name, types.ModuleType(name))
+    monkeypatch.setitem(modules, 'cupy_backends.cuda.libs',
+                        types.SimpleNamespace(cublas=cublas))
     assert backend.tf32_enabled() is False  # CuPy's default: full float32
     backend.set_tf32(True)
     assert calls == [(numpy.float32, 7)] and backend.tf32_enabled()
+    assert modes == [(42, 3)]  # the batched products' math mode too
     backend.set_tf32(False)
     assert calls[-1] == (numpy.float32, 1) and not backend.tf32_enabled()
+    assert modes[-1] == (42, 0)
