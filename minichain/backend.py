@@ -274,8 +274,9 @@ def set_tf32(enabled):
     current device's handle in the calling thread (call it after choosing
     the device)."""
     cp = get_cupy()
-    cp._core.set_compute_type(numpy.float32, cp._core.COMPUTE_TYPE_TF32
-                              if enabled else cp._core.COMPUTE_TYPE_DEFAULT)
+    cp._core.set_compute_type(
+        numpy.float32, cp._core._routines_linalg.COMPUTE_TYPE_TF32 if enabled
+        else cp._core._routines_linalg.COMPUTE_TYPE_DEFAULT)
     from cupy_backends.cuda.libs import cublas  # cupy.cuda.cublas, loaded
     cublas.setMathMode(cp.cuda.device.get_cublas_handle(),
                        cublas.CUBLAS_TF32_TENSOR_OP_MATH if enabled
@@ -288,7 +289,7 @@ def tf32_enabled():
     if cp is None or not gpu_available():
         return False
     return (cp._core.get_compute_type(numpy.float32)
-            == cp._core.COMPUTE_TYPE_TF32)
+            == cp._core._routines_linalg.COMPUTE_TYPE_TF32)
 
 
 def get_nccl():

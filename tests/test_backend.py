@@ -254,7 +254,9 @@ def test_tf32_switch_sets_cupys_float32_compute_type(monkeypatch):
         CUBLAS_DEFAULT_MATH=0, CUBLAS_TF32_TENSOR_OP_MATH=3,
         setMathMode=lambda handle, mode: modes.append((handle, mode)))
     fake = _cupy_14_with(None)
-    fake._core = core
+    fake._core = types.SimpleNamespace(
+        _routines_linalg=core, set_compute_type=core.set_compute_type,
+        get_compute_type=core.get_compute_type)
     fake.cuda.device = types.SimpleNamespace(get_cublas_handle=lambda: 42)
     monkeypatch.setattr(backend, 'cupy', fake)
     monkeypatch.setattr(backend, '_toolkit_checked', '')
