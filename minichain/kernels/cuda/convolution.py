@@ -48,7 +48,7 @@ def register(register_fn):
     register_fn(_conv.Convolution2DGradW, 'cuda', convolution_2d_grad_w)
 
 
-# -- the kernels: the nodes' forward, same retained inputs --------------------
+# -- the kernels: the nodes' forward, same retained inputs --------------
 def convolution_2d(node, inputs):
     """``Convolution2D.forward``: y = conv(x, W) (+ b)."""
     node.retain_inputs((0, 1))
@@ -88,7 +88,7 @@ def _geometry(node, k, in_size, out_size):
                     in_size[1], out_size[0], out_size[1])
 
 
-# -- array level ----------------------------------------------------------------
+# -- array level ---------------------------------------------------------
 def conv_forward(x, W, g, groups):
     """y (N, O, oh, ow) = conv(x (N, C, h, w), W (O, C/G, kh, kw))."""
     xp = backend.get_array_module(x)
@@ -162,7 +162,7 @@ def conv_grad_w(x, gy, g, groups, w_shape):
     return acc.reshape(w_shape)
 
 
-# -- helpers --------------------------------------------------------------------
+# -- helpers -------------------------------------------------------------
 def _image_groups(n, column_bytes_per_image):
     """range(n) in runs of images whose columns fit in COLUMN_BYTES."""
     b = max(1, min(n, COLUMN_BYTES // max(1, column_bytes_per_image)))

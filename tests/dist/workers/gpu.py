@@ -14,8 +14,8 @@ MODE ``shared`` (K = 2 on one GPU): the clear one-GPU-per-rank error.
 MODE ``exit`` (K = 1): a communicator never finalized is torn down at exit.
 MODE ``auto`` (any K, no GPU needed): 'auto' says once, on rank 0, why it
 did not pick NCCL.
-Prints ``GPU-OK <rank>`` (``OVERLAP-OK <rank>``, ``OVERLAP2-OK <rank>``, ``SHARED-OK <rank>``, ``EXIT-OK``, ``AUTO-OK
-<rank>``) on success.
+Prints ``GPU-OK <rank>`` (``OVERLAP-OK <rank>``, ``OVERLAP2-OK <rank>``,
+``SHARED-OK <rank>``, ``EXIT-OK``, ``AUTO-OK <rank>``) on success.
 """
 import atexit
 import os
