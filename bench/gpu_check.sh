@@ -1,67 +1,88 @@
 #!/usr/bin/env bash
-# GPU acceptance check: everything minichain does on a GPU, in one run.
+# GPU acceptance check: everything minichain does on a GPU, in one short run.
 #
-#   bench/gpu_check.sh [--keep-going] [--log FILE]
+#   bench/gpu_check.sh [--dry-run] [--stop-on-failure] [--log FILE]
+#
+# Written for a machine lent for minutes: the ResNet-50 figure (the only
+# performance figure) comes first, right after the device probe; every
+# stage runs even when an earlier one failed (--stop-on-failure to stop at
+# the first); the stage limits add up to less than the budget, kill grace
+# included (tests/bench/test_gpu_check.py checks the arithmetic); and the
+# run ends with a one-screen summary: device, CUDA, CuPy and NCCL versions,
+# minichain against PyTorch in images/s at batch 32 and 64, and every
+# stage's result and time. --dry-run prints the stage plan and exits.
 #
 # Runs from the source tree (PYTHONPATH), installs nothing, and needs only
 # python3 with numpy, cupy (with NVRTC and the CUDA headers), pytest;
 # mpi4py (+ mpiexec) and torch are used when present, and their stages are
-# skipped with the reason otherwise. Stages:
-#   1 environment  versions: python, numpy, CuPy, NVRTC, NCCL, mpi4py, torch
-#   2 collect      pytest -m gpu --collect-only (the GPU tests import)
-#   3 gpu          a CUDA device answers and CuPy can compile kernels
-#                  -- on a machine without one, the script stops here --
-#   4 nccl         tests/dist/workers/gpu.py as MPI jobs: pure_nccl and
-#                  hierarchical with one rank (unique-ID broadcast, gradients
-#                  against NumPy, float16/bfloat16 transfer with planted NaN
-#                  of CUDA's bit patterns, double buffering, synchronized BN,
-#                  finalize waiting for a busy stream), teardown at exit, and
-#                  two ranks on one GPU refused on both (skipped without
-#                  mpi4py or mpiexec, saying so)
-#   5 tests        pytest -m gpu over the suite: every function's CuPy result
-#                  and gradients against NumPy's, every minichain kernel on
-#                  the device in float16/32/64 (tests/functions/
-#                  test_cuda_kernels.py), the kernel sources CuPy generated
-#                  against those that CI compiles (tests/cuda), links,
-#                  optimizers, float16 batch norm against float64
-#   6 cupy-api     tests/cuda/test_cupy_api.py: every CuPy/NCCL name the code
-#                  uses exists in this CuPy
-#   7 resnet       bench/gpu_step.py: ResNet-50, batch 32 and 64, 224 px,
-#                  float32, minichain next to PyTorch (cuDNN) on the same GPU:
-#                  s/step, images/s, peak memory, ratio
-#   8 train        bench/gpu_resume.py: models/train_resnet50.py --device gpu
-#                  for 6 iterations with snapshots, resumed from iteration 3
-#                  to the same end: equal bit for bit (needs mpi4py, not
-#                  mpiexec)
-# Each stage runs under `timeout`: its own limit, cut to what is left of a
-# 470 s budget, so that the whole script ends within 8 minutes.
+# skipped with the reason otherwise.
 #
-# Exit status: 0 every stage passed (skipped stages say why); 77 no CUDA GPU
-# (stages 1-2 passed and nothing needing a GPU ran: the automake "skipped"
-# code); 2 bad usage; anything else a stage failed (124 = it ran out of
-# time). The first failure stops the script unless --keep-going, which runs
-# the remaining stages and exits 1 if any failed. CI must not run this
-# script (it is not a test).
+# Exit status: 0 every stage passed (skipped ones say why); 77 no CUDA GPU
+# here (nothing needing one ran: automake's "skipped"); 2 bad usage or a
+# plan over budget; 1 a stage failed (the summary says which; a stage that
+# ran out of time shows "timeout"). CI must not run this script.
 #
 # The log goes to --log FILE, else $OUT/gpu_check.log when $OUT is set, else
 # bench/gpu_check.log. PYTHON picks the interpreter (default python3).
-# GPU_CHECK_DRY=1 runs every stage on a machine without a GPU (stage 3 does
-# not stop it; resnet and train run small models on the CPU): a test of
-# this script's own plumbing, not of the GPU.
-set -euo pipefail
+# GPU_CHECK_DRY=1 runs every stage on a machine without a GPU (resnet, warm
+# and train run small models on the CPU): a test of this script's plumbing.
+set -uo pipefail
+
+BUDGET=560       # seconds: the whole run, inside a 10-minute loan's command
+KILL_AFTER=5     # seconds `timeout` waits after TERM before KILL
+OVERHEAD=10      # seconds between the stages (nvidia-smi, checks, summary)
+# The plan: stage, limit in seconds, what it checks (--dry-run prints it).
+PLAN=(
+    "environment 15 versions: python, numpy, CuPy, CUDA runtime and driver, NVRTC, NCCL, mpi4py, torch"
+    "probe 30 a CUDA device answers and CuPy compiles a kernel (no GPU: exit 77; a CUDA error: fail)"
+    "resnet 140 bench/gpu_step.py: ResNet-50 224 px, batch 32 and 64, minichain next to PyTorch, TF32 off on both"
+    "warm 45 bench/gpu_warm.py: every kernel of a small step compiled once (float16/32/64) for the stages after"
+    "nccl 60 tests/dist/test_gpu.py, one rank: pure_nccl and hierarchical, float16/bfloat16 wire, overlap, teardown"
+    "nccl2 45 with 2+ GPUs: 2 ranks, bfloat16 overlapped averaging against the true mean"
+    "tests 90 pytest -m gpu: every function and kernel on the device against NumPy, float16/32/64"
+    "cupy-api 15 tests/cuda/test_cupy_api.py: every CuPy and NCCL name the code uses exists here"
+    "train 60 bench/gpu_resume.py: models/train_resnet50.py --device gpu, snapshot, exact resume"
+)
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-KEEP_GOING=0
+DRY_RUN=0
+KEEP_GOING=1
 LOG=""
 while [ $# -gt 0 ]; do
     case "$1" in
-        --keep-going) KEEP_GOING=1 ;;
+        --dry-run) DRY_RUN=1 ;;
+        --keep-going) KEEP_GOING=1 ;;   # the default; kept for old callers
+        --stop-on-failure) KEEP_GOING=0 ;;
         --log) LOG="${2:?--log needs a file}"; shift ;;
-        -h|--help) sed -n '2,49p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
+
+print_plan() {
+    local row total=$OVERHEAD name limit what
+    echo "gpu_check plan (budget ${BUDGET} s; each stage may take ${KILL_AFTER} s more to be killed;" \
+         "${OVERHEAD} s between stages):"
+    for row in "${PLAN[@]}"; do
+        read -r name limit what <<< "$row"
+        printf '  %-12s %4d s  %s\n' "$name" "$limit" "$what"
+        total=$((total + limit + KILL_AFTER))
+    done
+    echo "gpu_check plan: total ${total} s with kill grace and overhead, budget ${BUDGET} s"
+    if [ "$total" -gt "$BUDGET" ]; then
+        echo "gpu_check plan: OVER BUDGET by $((total - BUDGET)) s" >&2
+        return 1
+    fi
+    echo "gpu_check plan: within budget ($((BUDGET - total)) s to spare)"
+}
+
+if [ "$DRY_RUN" -eq 1 ]; then
+    print_plan
+    exit $(( $? == 0 ? 0 : 2 ))
+fi
+print_plan >/dev/null || { print_plan; exit 2; }
+
 if [ -z "$LOG" ]; then
     if [ -n "${OUT:-}" ]; then LOG="$OUT/gpu_check.log"
     else LOG="$ROOT/bench/gpu_check.log"; fi
@@ -75,71 +96,153 @@ PYTEST=("$PY" -m pytest -p no:cacheprovider -o "norecursedirs=.* build *.egg ven
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 cd "$ROOT"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
 START=$SECONDS
-DEADLINE=$((START + 470))
-FAILED=()
-SKIPPED=()
+DEADLINE=$((START + BUDGET))
+FAILED=0
+: > "$WORK/stages"
 
-# stage NAME SECONDS CMD...: run CMD under `timeout`, report, and stop at a
-# failure unless --keep-going.
+plan_limit() {  # plan_limit STAGE: its limit in the plan
+    local row n l w
+    for row in "${PLAN[@]}"; do
+        read -r n l w <<< "$row"
+        [ "$n" = "$1" ] && { echo "$l"; return; }
+    done
+}
+
+record() {  # record STAGE RESULT SECONDS NOTE
+    printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4:-}" >> "$WORK/stages"
+}
+
+# stage NAME CMD...: run CMD under `timeout` with NAME's limit from the plan
+# (cut to what is left of the budget), its output also kept in
+# $WORK/NAME.out for the summary.
 stage() {
-    local name="$1" limit="$2" rc=0
-    shift 2
-    local left=$((DEADLINE - SECONDS - 10))  # 10 s for --kill-after
+    local name="$1" limit rc begin
+    shift
+    limit=$(plan_limit "$name")
+    local left=$((DEADLINE - SECONDS - KILL_AFTER))
     [ "$limit" -gt "$left" ] && limit=$left
     if [ "$limit" -lt 5 ]; then
-        echo "=== gpu_check: $name FAILED: no time left in the 470 s budget"
-        FAILED+=("$name")
-        [ "$KEEP_GOING" -eq 0 ] && exit 124
-        return 0
+        echo "=== gpu_check: $name FAILED: no time left in the ${BUDGET} s budget"
+        record "$name" 'no time' 0
+        FAILED=1
+        return 1
     fi
     echo
     echo "=== gpu_check: $name (limit ${limit}s, at $((SECONDS - START))s)"
-    timeout --kill-after=10 "$limit" "$@" || rc=$?
+    begin=$SECONDS
+    timeout --kill-after="$KILL_AFTER" "$limit" "$@" 2>&1 | tee "$WORK/$name.out"
+    rc=${PIPESTATUS[0]}
     if [ "$rc" -eq 0 ]; then
-        echo "=== gpu_check: $name passed ($((SECONDS - START))s)"
+        echo "=== gpu_check: $name passed ($((SECONDS - begin))s)"
+        record "$name" passed $((SECONDS - begin))
         return 0
     fi
-    [ "$rc" -eq 124 ] && echo "=== gpu_check: $name ran out of time (${limit}s)"
-    echo "=== gpu_check: $name FAILED (exit $rc)"
-    FAILED+=("$name")
-    if [ "$KEEP_GOING" -eq 0 ]; then
-        echo "gpu_check: FAILED at stage $name; log in $LOG"
-        exit "$rc"
+    FAILED=1
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        echo "=== gpu_check: $name ran out of time (${limit}s)"
+        record "$name" timeout $((SECONDS - begin)) "limit ${limit}s"
+    else
+        echo "=== gpu_check: $name FAILED (exit $rc)"
+        record "$name" FAILED $((SECONDS - begin)) "exit $rc"
     fi
+    if [ "$KEEP_GOING" -eq 0 ]; then
+        summary
+        exit 1
+    fi
+    return 1
 }
 
 skip() {
     echo
     echo "=== gpu_check: $1 SKIPPED: $2"
-    SKIPPED+=("$1 ($2)")
+    record "$1" skipped 0 "$2"
+}
+
+# The one-screen summary, from the environment stage's facts, the resnet
+# stage's GPU_STEP lines and the stage records.
+summary() {
+    "$PY" - "$WORK" "$((SECONDS - START))" "$BUDGET" "$LOG" <<'EOF'
+import json, os, sys
+work, took, budget, log = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+
+def read(name):
+    path = os.path.join(work, name)
+    return open(path).read().splitlines() if os.path.exists(path) else []
+
+facts = dict(line[len('FACT '):].split('=', 1)
+             for line in read('environment.out') if line.startswith('FACT '))
+print()
+print('=' * 28, 'gpu_check summary', '=' * 28)
+print('device   {}'.format(facts.get('device', '(no device answered)')))
+print('CUDA     runtime {}, driver {} | NVRTC {}'.format(
+    facts.get('cuda_runtime', '?'), facts.get('cuda_driver', '?'),
+    facts.get('nvrtc', '?')))
+print('CuPy     {} | NCCL {} | torch {}'.format(
+    facts.get('cupy', '?'), facts.get('nccl', '?'), facts.get('torch', '?')))
+steps = [json.loads(line[9:]) for line in read('resnet.out')
+         if line.startswith('GPU_STEP ')]
+if steps:
+    print('{} {} px, float32, TF32 {}, on {}:'.format(
+        steps[0]['arch'], steps[0]['size'], steps[0].get('tf32', 'off'),
+        steps[0]['device']))
+    print('  batch  minichain img/s  PyTorch img/s  ratio')
+    for s in steps:
+        print('  {:5d}  {:15.1f}  {:>13}  {:>5}'.format(
+            s['batch'], s['minichain_img_s'],
+            '{:.1f}'.format(s['torch_img_s']) if 'torch_img_s' in s else '-',
+            '{:.2f}x'.format(s['ratio']) if 'ratio' in s else '-'))
+else:
+    print('ResNet-50: no figure (see the resnet stage)')
+print('  stage        result    time  note')
+for line in read('stages'):
+    name, result, seconds, note = line.split('\t')
+    print('  {:12s} {:8s} {:>4}s  {}'.format(name, result, seconds, note))
+print('total {} s of a {} s budget; log {}'.format(took, budget, log))
+EOF
 }
 
 echo "gpu_check: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), source $ROOT"
 echo "gpu_check: log $LOG"
+SMI_GPUS=0
 if command -v nvidia-smi >/dev/null; then
-    timeout 20 nvidia-smi -L || echo "gpu_check: nvidia-smi found no GPU"
+    timeout 5 nvidia-smi -L | tee "$WORK/smi"
+    SMI_GPUS=$(grep -c '^GPU' "$WORK/smi")
 else
     echo "gpu_check: no nvidia-smi on PATH"
 fi
 
-stage environment 30 "$PY" -W ignore -c '
+stage environment "$PY" -W ignore -c '
 import sys, numpy, pytest, minichain
 print("python", sys.version.split()[0], "| numpy", numpy.__version__,
       "| pytest", pytest.__version__, "| minichain", minichain.__file__)
+def fact(key, value):
+    print("FACT {}={}".format(key, value))
 for name in ("cupy", "mpi4py", "torch"):
     try:
         mod = __import__(name)
-        print(name, getattr(mod, "__version__", "?"))
+        fact(name, getattr(mod, "__version__", "?"))
     except Exception as e:
         print(name, "not importable:", type(e).__name__, e)
+        fact(name, "not importable")
 try:
     import cupy
-    print("NVRTC", cupy.cuda.nvrtc.getVersion())
+    fact("nvrtc", ".".join(map(str, cupy.cuda.nvrtc.getVersion())))
+    rt = cupy.cuda.runtime
+    v = lambda n: "{}.{}".format(n // 1000, n % 1000 // 10)
+    fact("cuda_runtime", v(rt.runtimeGetVersion()))
+    fact("cuda_driver", v(rt.driverGetVersion()))
     from cupy.cuda import nccl
-    print("NCCL", nccl.get_version() if nccl.available else "not available")
+    fact("nccl", nccl.get_version() if nccl.available else "not available")
+    p = rt.getDeviceProperties(0)
+    name = p["name"].decode() if isinstance(p["name"], bytes) else p["name"]
+    fact("device", "{} (sm_{}{}), {:.0f} GiB, {} visible".format(
+        name, p["major"], p["minor"], p["totalGlobalMem"] / 2 ** 30,
+        rt.getDeviceCount()))
 except Exception as e:
-    print("CuPy libraries:", type(e).__name__, e)
+    print("CuPy/CUDA:", type(e).__name__, e)
 try:
     import torch
     print("torch CUDA", torch.version.cuda, "| cuDNN",
@@ -147,49 +250,55 @@ try:
 except Exception:
     pass
 '
-stage collect 45 "${PYTEST[@]}" -m gpu --collect-only -qq tests
 
-set +e
-timeout 60 "$PY" -W ignore -c '
+# probe (not a plain stage: its outcome decides what runs next): exit 3
+# when there is no GPU here, anything else non-zero when CUDA or CuPy fail
+echo
+echo "=== gpu_check: probe (limit $(plan_limit probe)s, at $((SECONDS - START))s)"
+begin=$SECONDS
+timeout --kill-after="$KILL_AFTER" "$(plan_limit probe)" "$PY" -W ignore -c '
 from minichain import backend
-try:
-    backend.check_cuda_available()   # device, NVRTC and headers
-except RuntimeError as e:
-    print(e)
-    raise SystemExit(1)
+absent, why = backend.gpu_problem()
+if why:
+    print("no usable GPU:" if absent else "CUDA FAILED:", why)
+    raise SystemExit(3 if absent else 1)
+backend.check_cuda_available()   # NVRTC and the headers
 cupy = backend.get_cupy()
-name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
-print("GPU 0:", name.decode() if isinstance(name, bytes) else name,
-      "| CUDA runtime", cupy.cuda.runtime.runtimeGetVersion(),
-      "| driver", cupy.cuda.runtime.driverGetVersion(),
-      "| sm_%s" % cupy.cuda.Device(0).compute_capability)
 print("first kernel:", float((cupy.arange(4.0) * 2).sum()))
-'
-HAVE_GPU=$?
-set -e
+' 2>&1 | tee "$WORK/probe.out"
+case "${PIPESTATUS[0]}" in
+    0) PROBE=passed ;;
+    3) PROBE='no GPU' ;;
+    *) PROBE=FAILED; FAILED=1 ;;
+esac
+echo "=== gpu_check: probe $PROBE ($((SECONDS - begin))s)"
+record probe "$PROBE" $((SECONDS - begin))
 DRY="${GPU_CHECK_DRY:-0}"
 STEP_ARGS=(--batch 32 64 --size 224 --steps 5 --warmup 2)
 RESUME_ARGS=(--device gpu --arch resnet50 --batch 16 --size 64 --per-epoch 3)
+WARM_ARGS=(--device gpu)
 if [ "$DRY" = 1 ]; then
     echo "gpu_check: GPU_CHECK_DRY=1: the GPU stages run on the CPU, small"
     STEP_ARGS=(--device cpu --arch resnet18 --batch 2 4 --size 32 --steps 1
                --warmup 0)
     RESUME_ARGS=(--device cpu --arch resnet18 --batch 2 --size 8
                  --per-epoch 3)
-fi
-if [ "$HAVE_GPU" -ne 0 ] && [ "$DRY" != 1 ]; then
-    echo
-    if [ "${#FAILED[@]}" -ne 0 ]; then
-        echo "gpu_check: no usable CUDA GPU, and FAILED stages: ${FAILED[*]}; log $LOG"
-        exit 1
+    WARM_ARGS=(--device cpu)
+elif [ "$PROBE" != passed ]; then
+    if [ "$PROBE" = 'no GPU' ] && [ "$SMI_GPUS" -eq 0 ]; then
+        echo "gpu_check: NO CUDA GPU on this machine: nothing needing one ran (exit 77)"
+        summary
+        exit 77
     fi
-    echo "gpu_check: NO USABLE CUDA GPU on this machine: stages environment and"
-    echo "gpu_check: collect passed; no GPU test and no GPU timing ran (exit 77). Log: $LOG"
-    exit 77
+    echo "gpu_check: the device probe FAILED on a machine with a GPU" \
+         "(nvidia-smi lists ${SMI_GPUS}): see its lines above"
+    summary
+    exit 1
 fi
 
-# 4 nccl: tests/dist/test_gpu.py launches tests/dist/workers/gpu.py under
-# mpiexec (modes single, exit, shared, auto), printing each job's output.
+stage resnet "$PY" bench/gpu_step.py "${STEP_ARGS[@]}"
+stage warm "$PY" bench/gpu_warm.py "${WARM_ARGS[@]}"
+
 MPI_WHY=$("$PY" -W ignore -c '
 try:
     import mpi4py.MPI
@@ -199,35 +308,35 @@ except Exception as e:
 from minichain.dist import launcher
 print("" if launcher.find_mpiexec() else "no mpiexec: " + launcher.INSTALL_HINT)
 ' 2>&1 | tail -1)
+GPUS=$("$PY" -W ignore -c '
+from minichain import device
+print(device.visible_gpu_count())' 2>/dev/null || echo 0)
 if [ -n "$MPI_WHY" ]; then
     skip nccl "$MPI_WHY"
+    skip nccl2 "$MPI_WHY"
 else
-    stage nccl 90 "${PYTEST[@]}" -q -s -rs tests/dist/test_gpu.py
+    stage nccl "${PYTEST[@]}" -q -s -rs tests/dist/test_gpu.py \
+        -k 'not bfloat16_overlap_equals_the_true_mean'
+    if [ "${GPUS:-0}" -ge 2 ]; then
+        stage nccl2 "${PYTEST[@]}" -q -s -rs tests/dist/test_gpu.py \
+            -k 'bfloat16_overlap_equals_the_true_mean'
+    else
+        skip nccl2 "needs 2 GPUs, ${GPUS:-0} visible"
+    fi
 fi
 
-# 5 tests: tests/dist/test_gpu.py ran in stage 4
-stage tests 150 "${PYTEST[@]}" -m gpu -q -rs tests \
-    --ignore tests/dist/test_gpu.py
+# tests/dist/test_gpu.py ran in the nccl stages
+stage tests "${PYTEST[@]}" -m gpu -q -rs tests --ignore tests/dist/test_gpu.py
 if "$PY" -W ignore -c 'import cupy' 2>/dev/null; then
-    stage cupy-api 30 "${PYTEST[@]}" -q tests/cuda/test_cupy_api.py
+    stage cupy-api "${PYTEST[@]}" -q tests/cuda/test_cupy_api.py
 else
     skip cupy-api 'CuPy is not importable'
 fi
-
-# 7 resnet: PyTorch next to minichain when importable with CUDA
-stage resnet 120 "$PY" bench/gpu_step.py "${STEP_ARGS[@]}"
-
-# 8 train: a few iterations of the training script, snapshot, exact resume
 if [[ "$MPI_WHY" == mpi4py* ]]; then  # one process, but MPI all the same
     skip train "models/train_resnet50.py needs it: $MPI_WHY"
 else
-    stage train 100 "$PY" bench/gpu_resume.py "${RESUME_ARGS[@]}"
+    stage train "$PY" bench/gpu_resume.py "${RESUME_ARGS[@]}"
 fi
 
-echo
-for s in "${SKIPPED[@]}"; do echo "gpu_check: skipped: $s"; done
-if [ "${#FAILED[@]}" -ne 0 ]; then
-    echo "gpu_check: FAILED stages: ${FAILED[*]} ($((SECONDS - START))s); log $LOG"
-    exit 1
-fi
-echo "gpu_check: all stages passed in $((SECONDS - START))s; log $LOG"
+summary
+exit "$FAILED"

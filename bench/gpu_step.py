@@ -4,8 +4,10 @@ A step is forward + softmax cross-entropy + backward + MomentumSGD update
 in float32 at 224x224 (ImageNet stem), batch 64 by default (``--batch 32
 64`` runs each in turn). Each step is followed by a device
 synchronisation, outside the framework, so that the clock sees the GPU's
-work. PyTorch runs with cudnn.benchmark on and TF32 off (CuPy does not use
-TF32 unless CUPY_TF32=1), so both compute in float32. Prints seconds per
+work. PyTorch runs with cudnn.benchmark on. TF32 is off on both sides
+(``minichain.backend.set_tf32(False)``; PyTorch's matmul and cuDNN
+``allow_tf32`` False), so both compute in float32; ``--tf32`` turns it on
+on both sides, and every result line says which. Prints seconds per
 step (median), images per second, peak memory (minichain: the most the
 CuPy pool held after any step, which is what it reserved; PyTorch: peak
 allocated and peak reserved), and the ratio minichain / PyTorch; one line
@@ -13,6 +15,7 @@ allocated and peak reserved), and the ratio minichain / PyTorch; one line
 
     python bench/gpu_step.py [--batch 64 [32 ...]] [--size 224] [--steps 5]
         [--warmup 2] [--arch resnet50] [--device gpu|cpu] [--no-torch]
+        [--tf32]
 
 ``--device cpu`` runs the same code on NumPy and PyTorch's CPU build: a
 dry run of this script on a machine without a GPU.
@@ -75,8 +78,8 @@ def time_pytorch(args, batch):
         device = 'cuda:0'
         torch.cuda.init()
         torch.backends.cudnn.benchmark = True
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
+        torch.backends.cudnn.allow_tf32 = args.tf32
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     step = time_torch(args.arch, args.stem, batch, args.size,
@@ -109,10 +112,11 @@ def device_name(args):
 
 
 def run(args, batch):
-    where = '{} {} px, batch {}, float32 on {}'.format(
-        args.arch, args.size, batch, device_name(args))
+    tf32 = 'on' if args.tf32 else 'off'
+    where = '{} {} px, batch {}, float32 (TF32 {}) on {}'.format(
+        args.arch, args.size, batch, tf32, device_name(args))
     result = {'device': device_name(args), 'batch': batch,
-              'size': args.size, 'arch': args.arch}
+              'size': args.size, 'arch': args.arch, 'tf32': tf32}
     step, held = time_minichain(args, batch)
     result.update(minichain_s=step, minichain_img_s=batch / step,
                   minichain_peak_mib=held)
@@ -130,7 +134,7 @@ def run(args, batch):
         print('PyTorch    {}: {:.4f} s/step, {:.1f} img/s{}'.format(
             where, tstep, batch / tstep,
             ', peak {:.0f} MiB allocated, {:.0f} MiB reserved (cudnn.'
-            'benchmark, TF32 off)'.format(alloc, reserved)
+            'benchmark)'.format(alloc, reserved)
             if args.device == 'gpu' else ''))
         print('ratio minichain / PyTorch (images per second): {:.2f}x'
               .format(tstep / step))
@@ -147,9 +151,12 @@ def main():
     p.add_argument('--warmup', type=int, default=2)
     p.add_argument('--device', choices=('gpu', 'cpu'), default='gpu')
     p.add_argument('--no-torch', action='store_true')
+    p.add_argument('--tf32', action='store_true',
+                   help='float32 products on TF32 tensor cores, both sides')
     args = p.parse_args()
     if args.device == 'gpu':
         backend.check_cuda_available()
+        backend.set_tf32(args.tf32)
     for batch in args.batch:
         run(args, batch)
 

@@ -8,6 +8,7 @@ and ``cupy.cuda.nccl.available`` is False. ``minichain.backend`` asks here
 what is missing, so that its errors name the package to install. The cupy
 module is passed in: only ``backend`` imports it.
 """
+import os
 
 # CUDA major version -> the wheels that hold what CuPy loads at run time.
 PACKAGES = {
@@ -56,14 +57,40 @@ def nccl_missing(cupy, error, major=None):
             .format(why, package('nccl', major)))
 
 
-def cuda_headers():
-    """Where CuPy >= 14 finds the CUDA headers (its own lookup, through
-    ``cuda.pathfinder``, which honours ``CUDA_PATH``), or None."""
+SYSTEM_CUDA = '/usr/local/cuda'   # where CuPy looks last
+HEADER = 'cuda_runtime.h'
+
+
+def cuda_headers(cupy=None):
+    """A directory holding the CUDA headers where CuPy >= 14 would find
+    them, or None. CuPy looks in more places than the pathfinder's
+    ``cudart`` header directory (the runtime wheel, conda, ``CUDA_PATH``):
+    also under its CUDA root (``cupy.cuda.get_cuda_path()``, which it
+    derives from NVRTC's location), ``CUDA_PATH`` / ``CUDA_HOME`` and
+    ``/usr/local/cuda``. A node with a system CUDA and no runtime wheel
+    compiles kernels, so it must pass here too."""
+    for folder in _header_candidates(cupy):
+        if folder and os.path.isfile(os.path.join(folder, HEADER)):
+            return folder
+    return None
+
+
+def _header_candidates(cupy):
     try:
         from cuda.pathfinder import find_nvidia_header_directory
-        return find_nvidia_header_directory('cudart')
+        yield find_nvidia_header_directory('cudart')
     except Exception:
-        return None
+        pass
+    roots = []
+    try:
+        roots.append(cupy.cuda.get_cuda_path())
+    except Exception:
+        pass
+    roots += [os.environ.get('CUDA_PATH'), os.environ.get('CUDA_HOME'),
+              SYSTEM_CUDA]
+    for root in roots:
+        if root:
+            yield os.path.join(root, 'include')
 
 
 def _cupy_major(cupy):
@@ -83,9 +110,9 @@ def toolkit_problem(cupy):
     except Exception as e:
         missing.append('NVRTC ({}: {}; pip install {})'.format(
             type(e).__name__, e, package('nvrtc', major)))
-    if _cupy_major(cupy) >= 14 and cuda_headers() is None:
-        missing.append('the CUDA headers (pip install {})'.format(
-            package('headers', major)))
+    if _cupy_major(cupy) >= 14 and cuda_headers(cupy) is None:
+        missing.append('the CUDA headers (pip install {}, or set CUDA_PATH '
+                       'to a CUDA toolkit)'.format(package('headers', major)))
     if not missing:
         return ''
     return ('{} not found; the GPU extra installs both (in a minichain '

@@ -12,6 +12,7 @@ Host tuning of the CPU path (BLAS threads, malloc) is :mod:`minichain.host`;
 its names stay reachable from here, looked up on first use (the ops import
 this module, and the speed layer is no import of theirs).
 """
+import os
 import sys
 
 import numpy
@@ -63,28 +64,103 @@ def _cupy_if_imported():
     return _cupy() if 'cupy' in sys.modules else None
 
 
-def gpu_available():
-    """True only when CuPy imports AND a CUDA device answers.
+# CUDA runtime error codes that mean "no GPU here" rather than a failure.
+_NO_DEVICE = 100            # cudaErrorNoDevice
+_INSUFFICIENT_DRIVER = 35   # cudaErrorInsufficientDriver (also: no driver)
+_devices = (None, None)    # (cupy module, (count, why, absent))
 
-    ``cupy.cuda.is_available()`` returns False cleanly on a machine without a
-    driver, so this never raises.
+
+def gpu_available():
+    """True only when CuPy imports AND a CUDA device answers; never raises.
+
+    Where no device answers, :func:`gpu_problem` says why.
     """
+    return _cupy() is not None and _query_devices()[0] > 0
+
+
+def gpu_problem():
+    """``(absent, why)``: ``(False, '')`` when a CUDA device answers;
+    ``(True, why)`` when there is none (no CuPy, no driver, no device
+    visible); ``(False, why)`` when CUDA itself failed, e.g. a driver older
+    than CuPy's CUDA runtime: a GPU machine that needs fixing."""
+    if _cupy() is None:
+        return True, 'CuPy is not installed or failed to import ({})'.format(
+            _cupy_import_error)
+    _, why, absent = _query_devices()
+    return absent, why
+
+
+def _query_devices():
+    """``(count, why, absent)`` from ``cudaGetDeviceCount``, once per CuPy.
+
+    Not ``cupy.cuda.is_available()``: it turns every CUDA error into a
+    cached False, so that an old driver read as "no GPU".
+    """
+    global _devices
     cp = _cupy()
-    if cp is None:
-        return False
+    if _devices[0] is not cp:
+        _devices = (cp, _ask_device_count(cp))
+    return _devices[1]
+
+
+def _ask_device_count(cp):
     try:
-        return bool(cp.cuda.is_available())
+        count = int(cp.cuda.runtime.getDeviceCount())
+    except Exception as e:
+        status = getattr(e, 'status', None)
+        if status == _NO_DEVICE:
+            return 0, _no_device(), True
+        if status == _INSUFFICIENT_DRIVER and _driver_version(cp) == 0:
+            return 0, ('no NVIDIA driver is installed (libcuda not found: '
+                       'no GPU here, or the driver is missing)'), True
+        why = 'CUDA failed to count the devices: {}: {}'.format(
+            type(e).__name__, e)
+        if status == _INSUFFICIENT_DRIVER:
+            why += _driver_advice(cp)
+        return 0, why, False
+    if count == 0:
+        return 0, _no_device(), True
+    return count, '', False
+
+
+def _no_device():
+    return ('no CUDA device is visible (CUDA_VISIBLE_DEVICES={})'.format(
+        os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')))
+
+
+def _driver_version(cp):
+    try:
+        return int(cp.cuda.runtime.driverGetVersion())
     except Exception:
-        return False
+        return -1
+
+
+def _cuda_version_text(version):
+    return '{}.{}'.format(version // 1000, version % 1000 // 10)
+
+
+def _driver_advice(cp):
+    try:
+        runtime = int(cp.cuda.runtime.runtimeGetVersion())
+    except Exception:
+        return ''
+    driver = _driver_version(cp)
+    if driver <= 0:
+        return ''
+    return ('; the NVIDIA driver supports CUDA {} and CuPy runs CUDA {}: '
+            'update the driver, or install the GPU extra of CUDA {}: pip '
+            'install "minichain[cuda{}]"'.format(
+                _cuda_version_text(driver), _cuda_version_text(runtime),
+                driver // 1000, driver // 1000))
 
 
 def check_cuda_available():
     """Raise a clear ``RuntimeError`` unless a GPU can be used.
 
-    The message names what is missing: CuPy itself, a CUDA device, or the
-    CUDA pieces that CuPy 14 no longer ships in its wheel (NVRTC and the
-    CUDA headers, needed to compile every kernel) with the pip package
-    that provides each.
+    The message names what is missing: CuPy itself, a CUDA device (or the
+    CUDA error that hid it), or the CUDA pieces that CuPy 14 no longer
+    ships in its wheel (NVRTC and the CUDA headers, needed to compile every
+    kernel) with the pip package that provides each.
     """
     if _cupy() is None:
         raise RuntimeError(
@@ -94,9 +170,9 @@ def check_cuda_available():
             'a minichain checkout: pip install -e ".[cuda12]" or '
             '".[cuda13]")'.format(_cupy_import_error))
     if not gpu_available():
-        raise RuntimeError(
-            'minichain: CuPy is installed but no CUDA device is available '
-            '(no driver, or CUDA_VISIBLE_DEVICES hides every GPU)')
+        absent, why = gpu_problem()
+        raise RuntimeError('minichain: CuPy is installed but {}'.format(
+            'no GPU can be used: ' + why if absent else why))
     problem = _toolkit_problem()
     if problem:
         raise RuntimeError('minichain: CuPy cannot compile kernels: ' + problem)
@@ -189,6 +265,37 @@ def get_cupy():
     """The cupy module itself, for the few places that write CUDA kernels."""
     check_cuda_available()
     return cupy
+
+
+def set_tf32(enabled):
+    """Let float32 matrix products on the GPU (cuBLAS through CuPy: the
+    linear layers and the GPU convolutions) run on TF32 tensor cores, or
+    not (the default, as PyTorch's matmul default): TF32 rounds the factors
+    to a 10-bit mantissa (sums stay float32) for several times the float32
+    rate on Ampere and later. CuPy's own switch is the ``CUPY_TF32``
+    variable; it reaches only CuPy's 2-D products (``dot``), while its
+    batched ``matmul`` (the GPU convolutions) asks cuBLAS for float32
+    compute, which the cuBLAS handle's math mode turns into TF32. So both
+    are set: the compute type for the process, the math mode for the
+    current device's handle in the calling thread (call it after choosing
+    the device)."""
+    cp = get_cupy()
+    cp._core.set_compute_type(
+        numpy.float32, cp._core._routines_linalg.COMPUTE_TYPE_TF32 if enabled
+        else cp._core._routines_linalg.COMPUTE_TYPE_DEFAULT)
+    from cupy_backends.cuda.libs import cublas  # cupy.cuda.cublas, loaded
+    cublas.setMathMode(cp.cuda.device.get_cublas_handle(),
+                       cublas.CUBLAS_TF32_TENSOR_OP_MATH if enabled
+                       else cublas.CUBLAS_DEFAULT_MATH)
+
+
+def tf32_enabled():
+    """Whether float32 products on the GPU use TF32 (False without one)."""
+    cp = _cupy_if_imported()
+    if cp is None or not gpu_available():
+        return False
+    return (cp._core.get_compute_type(numpy.float32)
+            == cp._core._routines_linalg.COMPUTE_TYPE_TF32)
 
 
 def get_nccl():

@@ -165,6 +165,16 @@ def visible_gpu_count():
     return int(backend.get_cupy().cuda.runtime.getDeviceCount())
 
 
+def gpu_bus_id(device_id):
+    """The PCI bus id of CUDA device ``device_id`` (the same GPU has the
+    same one in every process, whatever CUDA_VISIBLE_DEVICES numbers it);
+    the ordinal as text where CuPy cannot tell."""
+    try:
+        return backend.get_cupy().cuda.Device(device_id).pci_bus_id
+    except Exception:  # old CuPy
+        return str(device_id)
+
+
 def rank_device_id(intra_rank, intra_size, visible):
     """Which of the ``visible`` GPUs local rank ``intra_rank`` (of
     ``intra_size`` ranks on its node) drives.

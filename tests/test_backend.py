@@ -34,8 +34,26 @@ def test_gpu_available_is_a_bool():
     assert backend.gpu_available() in (True, False)
 
 
-def _fake_cupy(is_available):
-    cuda = types.SimpleNamespace(is_available=is_available)
+class FakeCudaError(RuntimeError):
+    """As CuPy's CUDARuntimeError: the message and the status code."""
+
+    def __init__(self, status, text):
+        super().__init__(text)
+        self.status = status
+
+
+def _fake_cupy(device_count, driver=13000, runtime=13000):
+    runtime_api = types.SimpleNamespace(
+        getDeviceCount=device_count, driverGetVersion=lambda: driver,
+        runtimeGetVersion=lambda: runtime)
+
+    def is_available():  # CuPy's: any error is a cached False
+        try:
+            return device_count() > 0
+        except Exception:
+            return False
+    cuda = types.SimpleNamespace(is_available=is_available,
+                                 runtime=runtime_api)
     return types.SimpleNamespace(cuda=cuda, ndarray=type('FakeArray', (), {}))
 
 
@@ -53,17 +71,58 @@ def test_without_cupy_gpu_calls_say_why(monkeypatch):
 
 
 def test_cupy_without_a_device(monkeypatch):
-    monkeypatch.setattr(backend, 'cupy', _fake_cupy(lambda: False))
+    monkeypatch.setattr(backend, 'cupy', _fake_cupy(lambda: 0))
     assert backend.gpu_available() is False
+    assert backend.gpu_problem()[0] is True
     with pytest.raises(RuntimeError, match='no CUDA device'):
         backend.to_gpu(numpy.ones(2))
 
 
-def test_cupy_whose_driver_query_raises(monkeypatch):
+def _raising(status, text):
+    def count():
+        raise FakeCudaError(status, text)
+    return count
+
+
+NO_DEVICE = 'cudaErrorNoDevice: no CUDA-capable device is detected'
+OLD_DRIVER = ('cudaErrorInsufficientDriver: CUDA driver version is '
+              'insufficient for CUDA runtime version')
+
+
+@pytest.mark.parametrize('status,text,driver,absent', [
+    (100, NO_DEVICE, 12040, True),
+    (35, OLD_DRIVER, 0, True),            # no driver at all: no GPU here
+    (35, OLD_DRIVER, 12040, False),       # a driver older than the runtime
+    (999, 'cudaErrorUnknown: unknown error', 13000, False),
+])
+def test_cupy_whose_device_count_raises(monkeypatch, status, text, driver,
+                                        absent):
+    """A CUDA error is not reported as "no GPU": CuPy's is_available()
+    turns every error into False, so an old driver (the cuda13 extra on a
+    CUDA 12 driver) was blamed on CUDA_VISIBLE_DEVICES."""
+    monkeypatch.setattr(backend, 'cupy', _fake_cupy(_raising(status, text),
+                                                    driver=driver))
+    assert backend.gpu_available() is False
+    assert backend.gpu_problem()[0] is absent
+    with pytest.raises(RuntimeError) as e:
+        backend.check_cuda_available()
+    message = str(e.value)
+    if absent:
+        assert 'no GPU can be used' in message, message
+    else:
+        assert text in message and 'no GPU' not in message, message
+        assert 'CUDA_VISIBLE_DEVICES' not in message, message
+    if driver == 12040 and status == 35:
+        assert 'driver supports CUDA 12.4 and CuPy runs CUDA 13.0' in message
+        assert 'minichain[cuda12]' in message
+
+
+def test_cupy_whose_driver_query_raises_without_a_status(monkeypatch):
     def broken():
-        raise OSError('libcuda.so not found')
+        raise OSError('libcuda.so: cannot open shared object file')
     monkeypatch.setattr(backend, 'cupy', _fake_cupy(broken))
     assert backend.gpu_available() is False
+    assert 'libcuda.so: cannot open' in backend.gpu_problem()[1]
 
 
 @pytest.mark.gpu
@@ -101,6 +160,8 @@ def _cupy_14_with(nvrtc_error):
             raise OSError(nvrtc_error)
         return (13, 0)
     cuda = types.SimpleNamespace(is_available=lambda: True,
+                                 runtime=types.SimpleNamespace(
+                                     getDeviceCount=lambda: 1),
                                  nvrtc=types.SimpleNamespace(
                                      getVersion=get_version))
     return types.SimpleNamespace(cuda=cuda, ndarray=type('A', (), {}),
@@ -120,7 +181,8 @@ def test_cupy_14_without_its_toolkit_wheels_says_which(
     from minichain import _cuda_wheels
     monkeypatch.setattr(backend, 'cupy', _cupy_14_with(nvrtc_error))
     monkeypatch.setattr(backend, '_toolkit_checked', None)
-    monkeypatch.setattr(_cuda_wheels, 'cuda_headers', lambda: headers)
+    monkeypatch.setattr(_cuda_wheels, 'cuda_headers',
+                        lambda cupy=None: headers)
     monkeypatch.setattr(_cuda_wheels, 'cuda_major', lambda cupy: 13)
     with pytest.raises(RuntimeError) as e:
         backend.check_cuda_available()
@@ -132,5 +194,82 @@ def test_cupy_14_with_its_toolkit_wheels_passes(monkeypatch):
     from minichain import _cuda_wheels
     monkeypatch.setattr(backend, 'cupy', _cupy_14_with(None))
     monkeypatch.setattr(backend, '_toolkit_checked', None)
-    monkeypatch.setattr(_cuda_wheels, 'cuda_headers', lambda: '/inc')
+    monkeypatch.setattr(_cuda_wheels, 'cuda_headers',
+                        lambda cupy=None: '/inc')
     backend.check_cuda_available()
+
+
+def _toolkit(root):
+    include = root / 'include'
+    include.mkdir(parents=True)
+    (include / 'cuda_runtime.h').write_text('/* */\n')
+    return str(include)
+
+
+@pytest.mark.parametrize('where', ['cupy root', 'CUDA_PATH', 'CUDA_HOME',
+                                   'system', None])
+def test_cuda_headers_are_found_where_cupy_finds_them(
+        monkeypatch, tmp_path, where):
+    """CuPy compiles against its CUDA root (from NVRTC's location),
+    CUDA_PATH and /usr/local/cuda, not only the runtime wheel's headers: a
+    node with a system CUDA and no runtime wheel was refused."""
+    import sys
+    from minichain import _cuda_wheels
+    monkeypatch.setitem(sys.modules, 'cuda.pathfinder', types.SimpleNamespace(
+        find_nvidia_header_directory=lambda name: None))
+    for name in ('CUDA_PATH', 'CUDA_HOME'):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(_cuda_wheels, 'SYSTEM_CUDA', str(tmp_path / 'none'))
+    root = tmp_path / 'cuda'
+    include = _toolkit(root) if where else None
+    cuda_path = str(root) if where == 'cupy root' else None
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        get_cuda_path=lambda: cuda_path))
+    if where in ('CUDA_PATH', 'CUDA_HOME'):
+        monkeypatch.setenv(where, str(root))
+    if where == 'system':
+        monkeypatch.setattr(_cuda_wheels, 'SYSTEM_CUDA', str(root))
+    assert _cuda_wheels.cuda_headers(cupy) == include
+
+
+def test_cuda_headers_of_the_runtime_wheel_come_first(monkeypatch, tmp_path):
+    import sys
+    from minichain import _cuda_wheels
+    wheel = _toolkit(tmp_path / 'wheel')
+    monkeypatch.setitem(sys.modules, 'cuda.pathfinder', types.SimpleNamespace(
+        find_nvidia_header_directory=lambda name: wheel))
+    monkeypatch.setenv('CUDA_PATH', str(tmp_path / 'system'))
+    _toolkit(tmp_path / 'system')
+    assert _cuda_wheels.cuda_headers(None) == wheel
+
+
+def test_tf32_switch_sets_cupys_float32_compute_type(monkeypatch):
+    calls = []
+    core = types.SimpleNamespace(
+        COMPUTE_TYPE_DEFAULT=1, COMPUTE_TYPE_TF32=7,
+        set_compute_type=lambda dtype, kind: calls.append((dtype, kind)),
+        get_compute_type=lambda dtype: calls[-1][1] if calls else 1)
+    modes = []
+    cublas = types.SimpleNamespace(
+        CUBLAS_DEFAULT_MATH=0, CUBLAS_TF32_TENSOR_OP_MATH=3,
+        setMathMode=lambda handle, mode: modes.append((handle, mode)))
+    fake = _cupy_14_with(None)
+    fake._core = types.SimpleNamespace(
+        _routines_linalg=core, set_compute_type=core.set_compute_type,
+        get_compute_type=core.get_compute_type)
+    fake.cuda.device = types.SimpleNamespace(get_cublas_handle=lambda: 42)
+    monkeypatch.setattr(backend, 'cupy', fake)
+    monkeypatch.setattr(backend, '_toolkit_checked', '')
+    modules = __import__('sys').modules
+    monkeypatch.setitem(modules, 'cupy', fake)
+    for name in ('cupy_backends', 'cupy_backends.cuda'):
+        monkeypatch.setitem(modules, name, types.ModuleType(name))
+    monkeypatch.setitem(modules, 'cupy_backends.cuda.libs',
+                        types.SimpleNamespace(cublas=cublas))
+    assert backend.tf32_enabled() is False  # CuPy's default: full float32
+    backend.set_tf32(True)
+    assert calls == [(numpy.float32, 7)] and backend.tf32_enabled()
+    assert modes == [(42, 3)]  # the batched products' math mode too
+    backend.set_tf32(False)
+    assert calls[-1] == (numpy.float32, 1) and not backend.tf32_enabled()
+    assert modes[-1] == (42, 0)

@@ -64,13 +64,62 @@ def _why_not_nccl():
     if backend.cupy is None:
         return 'CuPy is not installed'
     if not backend.gpu_available():
-        return 'no CUDA device is visible'
+        return backend.gpu_problem()[1]
     try:
         from minichain.dist.pure_nccl import nccl_module
         nccl_module()
     except RuntimeError as e:
         return str(e)
     return ''
+
+
+def _why_not_nccl_anywhere(mpi_comm):
+    """'' when NCCL can run on every rank, each on a GPU of its own, else
+    why not; collective, with the same answer on every rank (they must all
+    create the same communicator).
+
+    Each rank names the GPU it would take (:func:`minichain.device.
+    rank_device_id`) by its PCI bus: ranks that share a GPU (two ranks on a
+    one-GPU machine, more ranks than GPUs on a node) would fail at NCCL's
+    first allreduce. Ranks that a launcher bound to one GPU each (each sees
+    its own as device 0) have different buses and pass.
+    """
+    from minichain import device
+    from minichain.dist import _mpi
+    MPI = _mpi.import_mpi()
+    comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
+    node = MPI.Get_processor_name()
+    nodes = comm.allgather(node)
+    why, bus = _why_not_nccl(), None
+    if not why:
+        same = [r for r, n in enumerate(nodes) if n == node]
+        bus = device.gpu_bus_id(device.rank_device_id(
+            same.index(comm.rank), len(same), device.visible_gpu_count()))
+    return _auto_verdict(comm.allgather((why, node, bus)))
+
+
+def _auto_verdict(answers):
+    """Why not NCCL, from every rank's ``(why not, node, GPU bus)``."""
+    from minichain.dist.safety import format_ranks
+    whys = {}
+    for r, (why, _, _) in enumerate(answers):
+        if why:
+            whys.setdefault(why, []).append(r)
+    if len(whys) == 1 and len(next(iter(whys.values()))) == len(answers):
+        return next(iter(whys))  # the same reason everywhere
+    if whys:
+        return '; '.join('{}: {}'.format(format_ranks(ranks), why)
+                         for why, ranks in whys.items())
+    users = {}
+    for r, (_, node, bus) in enumerate(answers):
+        users.setdefault((node, bus), []).append(r)
+    shared = [(key, ranks) for key, ranks in users.items() if len(ranks) > 1]
+    if not shared:
+        return ''
+    (node, bus), ranks = shared[0]
+    return ('{} would share one GPU (bus {}) on node {}, and NCCL needs a '
+            'GPU per rank: run at most as many ranks per node as it has '
+            'GPUs'.format(format_ranks(ranks), bus, node))
 
 
 _auto_told = False
@@ -99,9 +148,9 @@ def create_communicator(communicator_name='auto', mpi_comm=None,
         communicator_name: ``'naive'`` (one MPI Allreduce per parameter),
             ``'flat'`` (one packed MPI Allreduce), ``'pure_nccl'`` (NCCL on
             the GPUs), ``'hierarchical'`` (NCCL in a node, MPI between
-            nodes), or ``'auto'``: ``'pure_nccl'`` when a GPU and NCCL are
-            usable, else ``'flat'`` (rank 0 then says why, once, on
-            stderr).
+            nodes), or ``'auto'``: ``'pure_nccl'`` when every rank can
+            use NCCL on a GPU of its own, else ``'flat'`` (rank 0 then says
+            why, once, on stderr); collective.
         mpi_comm: an ``mpi4py.MPI.Comm`` (default ``MPI.COMM_WORLD``).
         allreduce_grad_dtype: dtype of the gradient transfer (float32 or
             float64; float16 and ``'bfloat16'`` only with NCCL), default the
@@ -119,7 +168,7 @@ def create_communicator(communicator_name='auto', mpi_comm=None,
     """
     name = communicator_name
     if name == 'auto':
-        why = _why_not_nccl()
+        why = _why_not_nccl_anywhere(mpi_comm)
         name = 'flat' if why else 'pure_nccl'
         if why:
             _tell_auto_fallback(why, mpi_comm)

@@ -62,6 +62,7 @@ class NcclBuckets:
     def start(self, bucket, scale):
         """Enqueue the bucket on the side stream, after the kernels that
         computed its gradients."""
+        self.comm._wait_in_flight()
         cupy = backend.get_cupy()
         nccl = nccl_module()
         with cupy.cuda.Device(self.device):
@@ -76,7 +77,9 @@ class NcclBuckets:
                 work.reduced = self.stream.record()
                 if not self._later_stages():
                     self._unwire(bucket)
-                    work.done = work.reduced
+                    # Recorded after the conversion back from bfloat16: an
+                    # event covers only the work queued before it.
+                    work.done = self.stream.record()
 
     def _reduce(self, nccl, work):
         self.comm._sum_wire(nccl, work.wire, nccl_dtype(nccl, self.wire_dtype),
@@ -100,6 +103,8 @@ class NcclBuckets:
         with cupy.cuda.Device(self.device):
             self._finish_stages(bucket)
             cupy.cuda.get_current_stream().wait_event(bucket.work.done)
+            # the next averaging's host waits for it under the watchdog
+            self.comm._in_flight = bucket.work.done
             bucket.work = None
 
     def check(self, buckets):
@@ -112,6 +117,9 @@ class NcclBuckets:
         cupy = backend.get_cupy()
         with cupy.cuda.Device(self.device):
             finite = cupy.stack([cupy.isfinite(b.buf).all() for b in buckets])
+            self.comm._wait_nccl(cupy.cuda.get_current_stream().record(),
+                                 'the NCCL buckets',
+                                 self.comm._bucket_wire())
             if not bool(finite.all()):
                 raise FloatingPointError(
                     '{}: the averaged gradients hold inf or NaN after the {} '
@@ -177,7 +185,8 @@ class HierarchicalBuckets(NcclBuckets):
                 if not work.reduced.done and not block:
                     return
                 self.inter.wait_until(lambda: work.reduced.done,
-                                      'the NCCL reduce')
+                                      'the NCCL reduce',
+                                      on_stall=self.comm._abort_nccl)
                 self.copy.wait_event(work.reduced)
                 work.host = widen(work.wire.get(stream=self.copy))
                 work.requests = _mpi.iallreduce_buffer(self.inter, work.host)

@@ -83,7 +83,8 @@ class HierarchicalCommunicator(PureNcclCommunicator):
     def _inter_node_sum(self, wire, stream):
         """Sum ``wire`` over the nodes' first ranks through host memory."""
         MPI = _mpi.import_mpi()
-        self._wire.wait_until(lambda: stream.done, 'the NCCL reduce')
+        self._wire.wait_until(lambda: stream.done, 'the NCCL reduce',
+                              on_stall=self._abort_nccl)
         wide = widen(wire.get())
         _mpi.allreduce_buffer(self._inter_wire, wide, MPI.SUM)
         wire.set(narrow(wide, wire.dtype))

@@ -43,12 +43,9 @@ def check_one_gpu_per_rank(mpi_comm, device_id, where):
     NCCL needs one GPU per rank; ranks that never selected a device all sit
     on GPU 0, which this catches before NCCL hangs or fails obscurely.
     """
+    from minichain.device import gpu_bus_id
     MPI = _mpi.import_mpi()
-    cupy = backend.get_cupy()
-    try:
-        bus = cupy.cuda.Device(device_id).pci_bus_id
-    except Exception:  # old CuPy: fall back to the device ordinal
-        bus = str(device_id)
+    bus = gpu_bus_id(device_id)
     keys = mpi_comm.allgather((MPI.Get_processor_name(), bus, device_id))
     seen = {}
     for r, key in enumerate(keys):
@@ -140,6 +137,7 @@ class PureNcclCommunicator(FlatCommunicator):
         super().__init__(mpi_comm, allreduce_grad_dtype)
         self._nccl_comm = None
         self._nccl_device = None
+        self._in_flight = None  # event after the last averaging's NCCL work
 
     def _check_grad_dtype(self, dtype):
         if dtype is None:
@@ -182,6 +180,36 @@ class PureNcclCommunicator(FlatCommunicator):
         self._nccl_device = device_id
         destroy_at_exit(self)
 
+    # -- waiting for NCCL under the watchdog -----------------------------------
+    # NCCL reports nothing to the host: a collective that some rank never
+    # joins spins on the GPU, and the host hangs at its next synchronization,
+    # outside the MPI watchdog. So every host wait on NCCL work polls an event
+    # recorded after it, through the Wire (same stall timeout, same report),
+    # and a stall aborts the NCCL communicator before the job ends.
+
+    def _wait_nccl(self, event, what, wire=None):
+        """Wait on the host until ``event`` (recorded after NCCL work) has
+        passed, watched as an MPI collective is; ``what`` names the work."""
+        (wire or self._wire).wait_until(lambda: event.done, what,
+                                        on_stall=self._abort_nccl)
+
+    def _wait_in_flight(self):
+        """Wait for the previous averaging's NCCL work (launched without a
+        host wait): by the next averaging it has long finished, unless a
+        rank never joined it, which the watchdog then reports."""
+        event, self._in_flight = self._in_flight, None
+        if event is not None:
+            self._wait_nccl(event, 'the previous NCCL averaging')
+
+    def _abort_nccl(self):
+        """ncclCommAbort: NCCL's kernels stop waiting for the other ranks.
+        Returns a line for the watchdog's report."""
+        nccl_comm, self._nccl_comm = self._nccl_comm, None
+        if nccl_comm is None:
+            return 'no NCCL communicator to abort'
+        nccl_comm.abort()
+        return 'aborted the NCCL communicator on rank {}'.format(self.rank)
+
     def allreduce(self, x, op='sum'):
         """Elementwise sum or mean of ``x`` over all ranks (see the MPI
         version). A CuPy float ``x`` is reduced on its GPU by NCCL, on the
@@ -203,6 +231,7 @@ class PureNcclCommunicator(FlatCommunicator):
                            cupy.cuda.get_current_stream())
             if op == 'mean':
                 buf *= 1.0 / self.size
+            self._in_flight = cupy.cuda.get_current_stream().record()
         return buf
 
     def multi_node_mean_grad_async(self, model, zero_fill, stream, tag):
@@ -221,6 +250,7 @@ class PureNcclCommunicator(FlatCommunicator):
         first = entries[0][1].array
         if backend.get_array_module(first) is numpy:
             return super()._mean_grads(model, entries)
+        self._wait_in_flight()
         device = backend.get_device_id(first)
         self._init_nccl(device)
         cupy = backend.get_cupy()
@@ -241,6 +271,7 @@ class PureNcclCommunicator(FlatCommunicator):
                 with timeline.span('unpack', nbytes, sync=True):
                     self._unpack_from_wire(packer, buf, wire, wire_dtype,
                                            check)
+                self._in_flight = stream.record()
 
     def _sum_wire(self, nccl, wire, kind, stream, timed=False):
         """Sum ``wire`` over all ranks in place (one NCCL allreduce); the
@@ -271,7 +302,10 @@ class PureNcclCommunicator(FlatCommunicator):
         if wire is not buf:
             buf[...] = from_bfloat16_bits(wire)
         if check and (buf.dtype.itemsize < 4 or wire is not buf):
-            if not bool(cupy.isfinite(buf).all()):
+            finite = cupy.isfinite(buf).all()
+            self._wait_nccl(cupy.cuda.get_current_stream().record(),
+                            'the NCCL allreduce')
+            if not bool(finite):
                 raise FloatingPointError(
                     '{}: the averaged gradients hold inf or NaN after the {} '
                     'allreduce (an overflow of the transfer dtype, or '
@@ -293,9 +327,10 @@ class PureNcclCommunicator(FlatCommunicator):
         super().finalize()
 
     def _destroy_nccl(self, barrier):
-        nccl_comm, self._nccl_comm = self._nccl_comm, None
-        if nccl_comm is None:
+        if self._nccl_comm is None:
             return
+        self._wait_in_flight()
+        nccl_comm, self._nccl_comm = self._nccl_comm, None
         backend.get_cupy().cuda.Device(self._nccl_device).synchronize()
         if barrier and self.mpi_comm is not None and _mpi_running():
             self.mpi_comm.Barrier()

@@ -154,6 +154,7 @@ class Wire:
         self.members = None        # the world ranks, to find the siblings
         self.outbox = []           # [(request, bytes)] of notes in flight
         self.waiting = None        # what this rank waits for, while it does
+        self.on_stall = None       # run before giving up (see wait_until)
         if self.polling and self.size > 1:
             self.side = self.comm.Dup()
             world = _mpi.import_mpi().COMM_WORLD.Get_group()
@@ -261,15 +262,24 @@ class Wire:
         return [pickle.loads(out[o:o + n].tobytes())
                 for o, n in zip(offsets, sizes)]
 
-    def wait_until(self, done, what):
-        """Wait until ``done()`` is true (e.g. a CUDA stream finished) as for
-        an MPI request; ``what`` names it in the reports."""
-        if not done():
-            if not self.polling:
-                while not done():
-                    time.sleep(NAP)
-                return
+    def wait_until(self, done, what, on_stall=None):
+        """Wait until ``done()`` is true (e.g. a CUDA event has passed) as for
+        an MPI request; ``what`` names it in the reports. ``on_stall()``
+        runs before the job is ended on a stall: work that MPI_Abort cannot
+        stop is stopped there (the NCCL communicator is aborted, so that its
+        kernels stop spinning on the GPU), as PyTorch's NCCL watchdog does,
+        and returns a line for the report."""
+        if done():
+            return
+        if not self.polling:
+            while not done():
+                time.sleep(NAP)
+            return
+        self.on_stall = on_stall
+        try:
             self._wait_slow(done, ('wait for', what))
+        finally:
+            self.on_stall = None
 
     def free(self):
         """Free the duplicates (collective, like MPI_Comm_free)."""
@@ -402,6 +412,12 @@ class Wire:
     # -- giving up ------------------------------------------------------------
     def _give_up(self, waited, verdict):
         lines = _stall_notes.report(self, waited, verdict)
+        if self.on_stall is not None:
+            try:
+                lines.append(self.on_stall())
+            except Exception as e:  # noqa: BLE001 - ending the job anyway
+                lines.append('stopping the work waited for failed: {}: {}'
+                             .format(type(e).__name__, e))
         lines.append('ending the job with exit status {} ({}={:g} s; 0 turns '
                      'the watchdog off)'.format(EXIT_STATUS, ENV,
                                                 self.timeout))

@@ -14,6 +14,12 @@ from minichain.functions._check import check_float, check_same_dtype, unwrap
 __all__ = ['softmax_cross_entropy', 'mean_squared_error']
 
 
+def _sum_dtype(dtype):
+    """The dtype a loss is summed in: float32 for float16 inputs, whose own
+    sum is inf past 65504 (4096 samples at a loss of 16); else their own."""
+    return 'float32' if dtype.kind == 'f' and dtype.itemsize < 4 else dtype
+
+
 def _shifted(x):
     """``x - max(x)`` along axis 1, where a row whose max is infinite takes
     its limit: with ``+inf`` logits, those share the probability (0 there,
@@ -66,7 +72,8 @@ class SoftmaxCrossEntropy(FunctionNode):
         loss = xp.where(valid, -picked.squeeze(1), 0)
         if self.reduce == 'no':
             return loss.astype(x.dtype, copy=False),
-        return xp.asarray(loss.sum() * self._coeff(valid), dtype=x.dtype),
+        total = loss.sum(dtype=_sum_dtype(x.dtype))
+        return xp.asarray(total * self._coeff(valid), dtype=x.dtype),
 
     def _coeff(self, valid):
         # 1 / (number of non-ignored labels), left on the device; an empty
@@ -173,7 +180,8 @@ class MeanSquaredError(FunctionNode):
         x0, x1 = inputs
         xp = backend.get_array_module(x0)
         diff = x0 - x1
-        return xp.asarray((diff * diff).sum() / diff.size, dtype=x0.dtype),
+        total = (diff * diff).sum(dtype=_sum_dtype(x0.dtype))
+        return xp.asarray(total / diff.size, dtype=x0.dtype),
 
     def backward(self, indexes, grad_outputs):
         x0, x1 = self.get_retained_inputs()

@@ -54,6 +54,13 @@ CASES = {
     'silent': ('4', ('rank 0 has waited', 'rank 1: no word from it',
                      'joined collective #1', 'the stall timeout')),
     'stopped': ('4', ('rank 1: no word from it', 'the stall timeout')),
+    # a NCCL collective that never completes (a fake event; no GPU needed)
+    'nccl': ('4', ('rank 0 has waited', 'to wait for the previous NCCL '
+                   'averaging, in multi_node_mean_grad #1', 'pure_nccl '
+                   'communicator', 'rank 1: no word from it',
+                   '[rank 0] fake NCCL communicator aborted',
+                   'aborted the NCCL communicator on rank 0',
+                   'the stall timeout')),
 }
 BOUND = 90  # seconds: every case but the timeouts ends in a few
 
@@ -123,7 +130,7 @@ def test_every_stall_ends_the_job_naming_the_ranks(jobs, case):
 
 @pytest.mark.mpi
 def test_timeout_cases_wait_for_the_timeout(jobs):
-    for case in ('silent', 'stopped'):
+    for case in ('silent', 'stopped', 'nccl'):
         assert jobs[case][2] >= 4, jobs[case]
 
 

@@ -39,9 +39,11 @@ def _parse(params):
 class ElementwiseKernel:
     """cupy.ElementwiseKernel's calling convention, executed on the CPU."""
 
-    def __init__(self, in_params, out_params, operation, name='kernel'):
+    def __init__(self, in_params, out_params, operation, name='kernel',
+                 preamble=''):
         self.ins, self.outs = _parse(in_params), _parse(out_params)
         self.operation, self.name = operation, name
+        self.preamble = preamble
 
     def _source(self, t_name, is_array):
         def c_type(t):
@@ -60,10 +62,10 @@ class ElementwiseKernel:
         for _, t, n in self.outs:
             params.append('{}* {}_arr'.format(c_type(t), n))
             prelude.append('{0}& {1} = {1}_arr[i];'.format(c_type(t), n))
-        return ('typedef {} T;\nextern "C" void kernel({}, long long size) {{\n'
-                'for (long long i = 0; i < size; ++i) {{\n{}\n{}\n}}\n}}\n'
-                .format(t_name, ', '.join(params), '\n'.join(prelude),
-                        self.operation))
+        return ('typedef {} T;\n{}\nextern "C" void kernel({}, long long size) '
+                '{{\nfor (long long i = 0; i < size; ++i) {{\n{}\n{}\n}}\n}}\n'
+                .format(t_name, self.preamble, ', '.join(params),
+                        '\n'.join(prelude), self.operation))
 
     def __call__(self, *args):
         ins, outs = args[:len(self.ins)], args[len(self.ins):]

@@ -255,3 +255,16 @@ def test_sce_double_backward_with_an_infinite_row():
     F.sum(gx * gx).backward()
     assert numpy.isfinite(v.grad).all()
     assert (v.grad[0] == 0).all()  # the limit does not move with x
+
+
+def test_float16_losses_are_summed_past_65504():
+    """4096 samples at a loss of 16 sum to 65536, inf in float16: the mean
+    is 16 all the same (the sum is taken in float32)."""
+    x = numpy.zeros((4096, 2), numpy.float16)
+    x[:, 0] = 16  # label 1: loss = log(1 + e^16) - 0, about 16
+    y = F.softmax_cross_entropy(x, numpy.ones(4096, numpy.int32))
+    assert y.dtype == numpy.float16
+    assert y.array == pytest.approx(16.0, rel=1e-3)
+    x0 = numpy.full((4096, 2), 6, numpy.float16)  # 36 per element
+    mse = F.mean_squared_error(x0, numpy.zeros_like(x0))
+    assert mse.dtype == numpy.float16 and mse.array == 36

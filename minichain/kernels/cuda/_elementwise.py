@@ -43,7 +43,7 @@ _COL2IM = '''
     const int y = r % h; r /= h;
     const int c = r % channels;
     const int b = r / channels;
-    T val = 0;
+    ACC_T val = 0;
     for (int ky = 0; ky < kh; ++ky) {
         int oy = y + ph - ky * dy;
         if (oy < 0 || oy % sy != 0) continue;
@@ -99,7 +99,7 @@ _MAX_FWD = _POOL_PRELUDE + '''
 '''
 
 _AVG_FWD = _POOL_PRELUDE + '''
-    T val = 0;
+    ACC_T val = 0;
     for (int ky = 0; ky < kh; ++ky) {
         const int y = y0 + ky;
         if (y < 0 || y >= h) continue;
@@ -109,7 +109,7 @@ _AVG_FWD = _POOL_PRELUDE + '''
             val += src[y * w + x];
         }
     }
-    out = val * coeff;
+    out = val * (ACC_T)coeff;
 '''
 
 # Each input pixel collects gy from the windows that contain it (and, for
@@ -119,7 +119,7 @@ _POOL_BWD = '''
     const int x = r % w; r /= w;
     const int y = r % h;
     const long long plane = r / h;
-    T val = 0;
+    ACC_T val = 0;
     for (int ky = 0; ky < kh; ++ky) {
         int oy = y + ph - ky;
         if (oy < 0 || oy % sy != 0) continue;
@@ -134,7 +134,7 @@ _POOL_BWD = '''
             if (MATCH) val += gy[o];
         }
     }
-    gx = val * coeff;
+    gx = val * (ACC_T)coeff;
 '''
 
 # ggy[o] = ggx at the pixel that window o chose (0 if that was padding).
@@ -144,6 +144,18 @@ _MAX_GATHER = _POOL_PRELUDE + '''
     out = (0 <= y && y < h && 0 <= x && x < w) ? src[y * w + x] : (T)0;
 '''
 
+
+# The type that sums accumulate in: float for float16 data (a float16 sum
+# stops growing by 1 past 2048 and is inf past 65504), T otherwise. The
+# float16 case only where CuPy's float16 exists (the CPU emulation of the
+# tests has no float16).
+_PREAMBLE = '''
+template <typename U> struct minichain_acc { typedef U type; };
+#ifdef __CUDACC__
+template <> struct minichain_acc<float16> { typedef float type; };
+#endif
+#define ACC_T minichain_acc<T>::type
+'''
 
 _CONV = ', int32 dy, int32 dx, int32 channels, int32 batch, bool batch_major'
 # name: (in_params, out_params, operation) of each ElementwiseKernel.
@@ -167,7 +179,7 @@ def make_kernel(cupy, name):
     every kernel without a GPU."""
     in_params, out_params, operation = SPECS[name]
     return cupy.ElementwiseKernel(in_params, out_params, operation,
-                                  'minichain_' + name)
+                                  'minichain_' + name, preamble=_PREAMBLE)
 
 
 def _kernel(name):

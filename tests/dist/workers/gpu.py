@@ -8,12 +8,14 @@ MODE ``overlap`` (K = 1): overlapped averaging on the GPU (NCCL on a side
 stream for pure_nccl and hierarchical, staged through the host for flat)
 equals averaging after backward, in float32 and with float16/bfloat16
 transfer within their tolerance; accumulate=2 equals the double batch.
+MODE ``overlap2`` (K = 2, a GPU each): bfloat16 overlapped averaging of
+different gradients equals their true mean within bfloat16's tolerance.
 MODE ``shared`` (K = 2 on one GPU): the clear one-GPU-per-rank error.
 MODE ``exit`` (K = 1): a communicator never finalized is torn down at exit.
 MODE ``auto`` (any K, no GPU needed): 'auto' says once, on rank 0, why it
 did not pick NCCL.
-Prints ``GPU-OK <rank>`` (``OVERLAP-OK <rank>``, ``SHARED-OK <rank>``, ``EXIT-OK``, ``AUTO-OK
-<rank>``) on success.
+Prints ``GPU-OK <rank>`` (``OVERLAP-OK <rank>``, ``OVERLAP2-OK <rank>``,
+``SHARED-OK <rank>``, ``EXIT-OK``, ``AUTO-OK <rank>``) on success.
 """
 import atexit
 import os
@@ -248,6 +250,41 @@ def auto():
     print('AUTO-OK {}'.format(comm.rank), flush=True)  # one write
 
 
+def overlap2():
+    """K = 2, a GPU each: bfloat16 overlapped averaging of different
+    gradients on each rank against their true mean (float64, on the host)."""
+    comm = dist.create_communicator('pure_nccl')
+    dev = _gpu(comm)
+    rng = numpy.random.default_rng(10 + comm.rank)  # each rank its batch
+    x = cupy.asarray(rng.standard_normal((8, 5)).astype(numpy.float32))
+    t = cupy.asarray(rng.integers(0, 3, 8).astype(numpy.int32))
+    model = M.MLP()
+    model.to_gpu(dev.device_id)
+    bf16 = dist.create_communicator('pure_nccl',
+                                    allreduce_grad_dtype='bfloat16')
+    opt = dist.create_multi_node_optimizer(
+        optimizers.SGD(lr=0.0), bf16, overlap=True, bucket_mb=1e-4
+    ).setup(model)
+    opt.update()  # rank 0's parameters everywhere
+    local = grads_of(model, x, t)
+    true = {n: comm.allreduce(g.astype(numpy.float64), 'mean')
+            for n, g in local.items()}
+    assert any(not numpy.allclose(local[n], true[n]) for n in local)
+    for _ in range(2):  # the second step reuses the buckets
+        opt.update(lambda: F.softmax_cross_entropy(model(x), t))
+        assert opt.reducer.launched_in_backward == len(
+            opt.reducer.plan.buckets) > 2
+        for n, p in model.namedparams():
+            got = backend.to_cpu(p.grad)
+            scale = float(numpy.abs(true[n]).max())
+            assert numpy.allclose(got, true[n], rtol=1e-2,
+                                  atol=1e-2 * scale), (
+                n, float(abs(got - true[n]).max()), scale)
+    bf16.finalize()
+    comm.finalize()
+    print('OVERLAP2-OK {}'.format(comm.rank), flush=True)
+
+
 if __name__ == '__main__':
-    {'single': single, 'overlap': overlap, 'shared': shared, 'exit': exit_,
-     'auto': auto}[sys.argv[1]]()
+    {'single': single, 'overlap': overlap, 'overlap2': overlap2,
+     'shared': shared, 'exit': exit_, 'auto': auto}[sys.argv[1]]()

@@ -106,6 +106,23 @@ elif case == 'silent':
     if rank == 1:
         time.sleep(600)  # busy elsewhere, e.g. a stuck data loader
     comm.allreduce(x)
+elif case == 'nccl':
+    # rank 1 never joins rank 0's NCCL averaging (busy elsewhere): an event
+    # after NCCL work that never passes, as on a GPU; the watchdog must
+    # abort the NCCL communicator and end the job
+    nccl_comm = dist.create_communicator('pure_nccl')
+
+    class FakeNcclComm:
+        def abort(self):
+            print('[rank {}] fake NCCL communicator aborted'.format(rank),
+                  flush=True)
+
+    nccl_comm._nccl_comm = FakeNcclComm()
+    nccl_comm._in_flight = type('Never', (), {'done': False})()
+    if rank == 1:
+        time.sleep(600)
+    with nccl_comm._wire.collective('multi_node_mean_grad'):
+        nccl_comm._wait_in_flight()
 elif case == 'stopped' or case == 'sigterm':
     print('[rank {}] pid {}'.format(rank, os.getpid()), flush=True)
     if rank == 1:

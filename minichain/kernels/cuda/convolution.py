@@ -1,0 +1,226 @@
+"""GPU-shaped convolutions: batched matrix products that land in NCHW.
+
+The op bodies (``functions/convolution.py``) compute a convolution as
+im2col over the whole batch, one GEMM, and a transposition back to NCHW;
+a 1x1 layer there builds columns that are just its input. On a GPU every
+such pass is a full trip through memory. Here:
+
+* a 1x1 convolution is the batched product ``W @ x[n]`` over the images,
+  read in place from NCHW and written in place into NCHW (``x[n]`` of shape
+  (C, H*W) *is* its column matrix); a strided one first takes the pixels
+  it reads;
+* a larger window builds the columns of a group of images in the layout
+  (B, C*kh*kw, oh*ow), so that the batched product ``W @ col[b]`` is
+  already (B, O, oh*ow), the output's own layout: no transposition;
+* the input gradient (a deconvolution) of a 1x1 convolution is the
+  batched ``W^T @ gy[n]``; of a stride-1 one, a convolution with the
+  flipped kernel, again straight into NCHW; a strided one sums its
+  columns into the pixels (col2im) as the body does;
+* the weight gradient is one GEMM per image group over pixel-major
+  columns (B*oh*ow, C*kh*kw), with the group's gy transposed once.
+
+Everything is plain ``xp`` code (CuPy's ``matmul`` broadcasts W over the
+batch with pointer-array batched GEMMs, without copying it), so the same
+functions run on NumPy arrays, where the tests compare them with the op
+bodies at ResNet-50's shapes. Whether float32 products use TF32 tensor
+cores is :func:`minichain.backend.set_tf32`'s switch (off by default).
+
+:func:`register` registers the three kernels for the ``'cuda'`` backend of
+the kernel seam (:mod:`minichain.kernels`).
+"""
+from minichain import backend
+from minichain.functions import convolution as _conv
+from minichain.functions._geometry import (Geometry, conv_outsize,
+                                           is_pointwise, window_slices)
+
+# The columns of one image group at most this many bytes: large enough for
+# cuBLAS to run near its peak on ResNet-50's layers (a 56x56 3x3 layer of
+# 64 channels has 7 MiB of columns per image), small enough to leave the
+# memory pool room for the activations.
+COLUMN_BYTES = 256 << 20
+
+
+def register(register_fn):
+    """Register the kernels: ``register_fn(NodeType, 'cuda', kernel)``
+    (``minichain.kernels.register``)."""
+    register_fn(_conv.Convolution2D, 'cuda', convolution_2d)
+    register_fn(_conv.Deconvolution2D, 'cuda', deconvolution_2d)
+    register_fn(_conv.Convolution2DGradW, 'cuda', convolution_2d_grad_w)
+
+
+# -- the kernels: the nodes' forward, same retained inputs --------------
+def convolution_2d(node, inputs):
+    """``Convolution2D.forward``: y = conv(x, W) (+ b)."""
+    node.retain_inputs((0, 1))
+    x, W = inputs[:2]
+    k = W.shape[2:]
+    out = tuple(conv_outsize(x.shape[2 + a], k[a], node.stride[a],
+                             node.pad[a], node.cover_all, node.dilate[a])
+                for a in (0, 1))
+    y = conv_forward(x, W, _geometry(node, k, x.shape[2:], out), node.groups)
+    if len(inputs) == 3:
+        y += inputs[2].reshape(1, -1, 1, 1)
+    return y,
+
+
+def deconvolution_2d(node, inputs):
+    """``Deconvolution2D.forward``: y = conv^T(x, W) (+ b)."""
+    node.retain_inputs((0, 1))
+    x, W = inputs[:2]
+    g = _geometry(node, W.shape[2:], node.outsize, x.shape[2:])
+    y = deconv_forward(x, W, g, node.groups)
+    if len(inputs) == 3:
+        y += inputs[2].reshape(1, -1, 1, 1)
+    return y,
+
+
+def convolution_2d_grad_w(node, inputs):
+    """``Convolution2DGradW.forward``: gW from x and gy."""
+    node.retain_inputs((0, 1))
+    x, gy = inputs
+    g = _geometry(node, node.w_shape[2:], x.shape[2:], gy.shape[2:])
+    return conv_grad_w(x, gy, g, node.groups, node.w_shape),
+
+
+def _geometry(node, k, in_size, out_size):
+    return Geometry(k[0], k[1], node.stride[0], node.stride[1], node.pad[0],
+                    node.pad[1], node.dilate[0], node.dilate[1], in_size[0],
+                    in_size[1], out_size[0], out_size[1])
+
+
+# -- array level ---------------------------------------------------------
+def conv_forward(x, W, g, groups):
+    """y (N, O, oh, ow) = conv(x (N, C, h, w), W (O, C/G, kh, kw))."""
+    xp = backend.get_array_module(x)
+    n, c = x.shape[:2]
+    o = W.shape[0]
+    p = g.oh * g.ow
+    w = W.reshape(groups, o // groups, -1)        # (G, O/G, C/G*kh*kw)
+    y = xp.empty((n, o, g.oh, g.ow), x.dtype)
+    ys = y.reshape(n, groups, o // groups, p)      # NCHW, as the product's
+    picked = _strided_pointwise(x, g)
+    if picked is not None:                         # 1x1: no columns at all
+        xp.matmul(w, picked.reshape(n, groups, c // groups, p), out=ys)
+        return y
+    for n0, n1 in _image_groups(n, c * g.kh * g.kw * p * x.dtype.itemsize):
+        col = _columns(x[n0:n1], g)                # (B, C, kh, kw, oh, ow)
+        xp.matmul(w, col.reshape(n1 - n0, groups, -1, p), out=ys[n0:n1])
+    return y
+
+
+def deconv_forward(x, W, g, groups):
+    """The adjoint of :func:`conv_forward` in its input: x (N, O, oh, ow)
+    -> y (N, C, h, w), W the convolution's weight (O, C/G, kh, kw)."""
+    xp = backend.get_array_module(x)
+    n, o = x.shape[:2]
+    c = W.shape[1] * groups
+    p = g.oh * g.ow
+    # W^T per group, (G, C/G*kh*kw, O/G): a copy of W, never of x
+    wt = xp.ascontiguousarray(
+        W.reshape(groups, o // groups, -1).transpose(0, 2, 1))
+    xs = x.reshape(n, groups, o // groups, p)
+    if is_pointwise(g):                            # 1x1: W^T @ x[n]
+        return xp.matmul(wt, xs).reshape(n, c, g.h, g.w)
+    fpad = (g.dy * (g.kh - 1) - g.ph, g.dx * (g.kw - 1) - g.pw)
+    if (g.sy, g.sx) == (1, 1) and min(fpad) >= 0:
+        # conv^T with stride 1 is a convolution with the kernel flipped and
+        # its channel axes swapped: into NCHW, no col2im
+        flipped = Geometry(g.kh, g.kw, 1, 1, fpad[0], fpad[1], g.dy, g.dx,
+                           g.oh, g.ow, g.h, g.w)
+        return conv_forward(x, _flipped_weight(W, groups), flipped, groups)
+    y = xp.zeros((n, c, g.h, g.w), x.dtype)
+    for n0, n1 in _image_groups(n, c * g.kh * g.kw * p * x.dtype.itemsize):
+        col = xp.matmul(wt, xs[n0:n1])            # (B, G, C/G*kh*kw, P)
+        _add_columns(y[n0:n1], col.reshape(n1 - n0, c, g.kh, g.kw, g.oh,
+                                           g.ow), g)
+    return y
+
+
+def conv_grad_w(x, gy, g, groups, w_shape):
+    """gW (w_shape) of y = conv(x, W), from x and gy = dL/dy."""
+    xp = backend.get_array_module(x)
+    n, c = x.shape[:2]
+    o = gy.shape[1]
+    p = g.oh * g.ow
+    k = c // groups * g.kh * g.kw
+    acc = None
+    picked = _strided_pointwise(x, g)
+    for n0, n1 in _image_groups(n, c * g.kh * g.kw * p * x.dtype.itemsize):
+        b = n1 - n0
+        if picked is not None:                     # 1x1: x's pixels, C last
+            col = xp.ascontiguousarray(
+                picked[n0:n1].reshape(b, c, p).transpose(0, 2, 1))
+        else:
+            col = _columns(x[n0:n1], g, pixels_first=True)
+        # (B*P, G, K/G) -> per group (B*P, K/G); gy's group (O/G, B*P)
+        col = col.reshape(b * p, groups, k).transpose(1, 0, 2)
+        gyt = xp.ascontiguousarray(gy[n0:n1].reshape(
+            b, groups, o // groups, p).transpose(1, 2, 0, 3)).reshape(
+                groups, o // groups, b * p)
+        part = xp.matmul(gyt, col)                 # (G, O/G, K/G)
+        acc = part if acc is None else xp.add(acc, part, out=acc)
+    return acc.reshape(w_shape)
+
+
+# -- helpers -------------------------------------------------------------
+def _image_groups(n, column_bytes_per_image):
+    """range(n) in runs of images whose columns fit in COLUMN_BYTES."""
+    b = max(1, min(n, COLUMN_BYTES // max(1, column_bytes_per_image)))
+    return [(i, min(n, i + b)) for i in range(0, n, b)]
+
+
+def _strided_pointwise(x, g):
+    """For a 1x1 window without padding, the pixels it reads, (N, C, oh,
+    ow) (x itself at stride 1; a strided one is copied, which a GPU GEMM
+    would do anyway); else None."""
+    if g.kh != 1 or g.kw != 1 or g.ph or g.pw:
+        return None
+    if is_pointwise(g):
+        return x
+    picked = x[:, :, ::g.sy, ::g.sx]
+    if picked.shape[2:] != (g.oh, g.ow):           # cover_all reads padding
+        return None
+    return backend.get_array_module(x).ascontiguousarray(picked)
+
+
+def _columns(x, g, pixels_first=False):
+    """The columns of images x (B, C, h, w): (B, C, kh, kw, oh, ow), or
+    with ``pixels_first`` (B, oh, ow, C, kh, kw). Each window offset is one
+    strided copy of the pixels it reads; only what reads padding is zeroed
+    (the strips beside each copy), not the whole buffer."""
+    xp = backend.get_array_module(x)
+    b, c = x.shape[:2]
+    if pixels_first:
+        col = xp.empty((b, g.oh, g.ow, c, g.kh, g.kw), x.dtype)
+        view = col.transpose(0, 3, 4, 5, 1, 2)
+    else:
+        col = view = xp.empty((b, c, g.kh, g.kw, g.oh, g.ow), x.dtype)
+    inside = {(ky, kx): (o, i) for ky, kx, o, i in window_slices(g)}
+    for ky in range(g.kh):
+        for kx in range(g.kw):
+            plane = view[:, :, ky, kx]
+            if (ky, kx) not in inside:             # reads only padding
+                plane[...] = 0
+                continue
+            o, i = inside[ky, kx]
+            rows, cols = o[1], o[2]
+            plane[..., :rows.start, :] = 0
+            plane[..., rows.stop:, :] = 0
+            plane[..., rows, :cols.start] = 0
+            plane[..., rows, cols.stop:] = 0
+            plane[o] = x[i]
+    return col
+
+
+def _add_columns(y, col, g):
+    """y (B, C, h, w) += the columns (B, C, kh, kw, oh, ow) (col2im)."""
+    for ky, kx, o, i in window_slices(g):
+        y[i] += col[:, :, ky, kx][o]
+
+
+def _flipped_weight(W, groups):
+    """W (O, C/G, kh, kw) -> (C, O/G, kh, kw), each kernel turned 180 deg."""
+    o, cg, kh, kw = W.shape
+    wf = W.reshape(groups, o // groups, cg, kh, kw).transpose(0, 2, 1, 3, 4)
+    return backend.get_array_module(W).ascontiguousarray(
+        wf[:, :, :, ::-1, ::-1]).reshape(groups * cg, o // groups, kh, kw)
