@@ -4,7 +4,7 @@ tests/cuda under ``make cuda-check`` and run emulated on the CPU in
 test_pooling.py and test_convolution.py)."""
 import types
 
-from minichain.functions import _cuda_kernels as K
+from minichain.kernels.cuda import _elementwise as K
 
 
 def test_window_sums_accumulate_in_float_for_float16():
