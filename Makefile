@@ -32,7 +32,7 @@ TRAIN_STAMP := $(VENV)/.train-installed
 TRAIN_FLAGS = $(if $(DATA_DIR), --data-dir $(DATA_DIR))$(if $(TRAIN_ARGS), $(TRAIN_ARGS))
 
 $(TRAIN_STAMP): $(STAMP)
-	$(VENV)/bin/python -m pip install -e '.[mpi,plot,progress,image]'
+	$(VENV)/bin/python -m pip install -e '.[mpi,plot,progress,image,onednn]'
 	touch $(TRAIN_STAMP)
 
 train: $(TRAIN_STAMP)

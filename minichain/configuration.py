@@ -5,6 +5,7 @@ background thread (e.g. a prefetching iterator) never flips training mode for
 the main one.
 """
 import contextlib
+import os
 import threading
 
 import numpy
@@ -14,6 +15,9 @@ _DEFAULTS = {
     'train': True,             # dropout on, batch norm uses batch statistics
     'debug': False,            # NaN checks; input-value checks that sync a GPU
     'dtype': 'float32',        # default dtype of initializers
+    # oneDNN's CPU kernels (minichain/kernels/onednn): 'auto' (when the
+    # library loads), 'always' (an error when it cannot), 'never'.
+    'use_onednn': os.environ.get('MINICHAIN_ONEDNN', 'auto'),
 }
 
 

@@ -1,0 +1,164 @@
+"""oneDNN kernels of the three convolution nodes (functions/convolution.py).
+
+``Convolution2D`` is oneDNN's convolution forward; ``Deconvolution2D``
+(what a convolution's backward uses for gx) is its backward data, and
+``Convolution2DGradW`` its backward weights. Each is built on
+``format_tag_any`` and reorders NCHW in and out (``_plan.py``).
+
+Weights are reordered into oneDNN's layout on every call, not cached: the
+optimizer updates parameters in place, so a cache keyed on the array
+would go stale, and the reorder costs little next to the convolution
+(bench/README.md, "oneDNN kernels").
+
+Declined (the next kernel or the body runs): dtypes other than float32,
+groups > 1, and any geometry oneDNN refuses.
+"""
+import numpy
+
+from minichain.kernels.onednn import _dnnl
+from minichain.kernels.onednn._plan import Plan, cached
+
+L = _dnnl  # shorter below
+
+
+def _outsize(size, k, s, p, d, cover_all):
+    """Chainer's output length of a convolution along one axis."""
+    dk = (k - 1) * d + 1
+    return (size + 2 * p - dk + (s - 1 if cover_all else 0)) // s + 1
+
+
+def _geometry(in_size, out_size, k, stride, pad, dilate):
+    """oneDNN's (strides, dilates, padding_l, padding_r) for a convolution
+    from in_size to out_size. oneDNN counts dilation from 0 (1 in Chainer
+    is 0 there) and wants the right padding that makes the sizes agree,
+    which cover_all makes larger than the left one and a stride that skips
+    the last pixels makes negative."""
+    dil = tuple(d - 1 for d in dilate)
+    pad_r = tuple((out_size[a] - 1) * stride[a] + (k[a] - 1) * dilate[a] + 1
+                  - in_size[a] - pad[a] for a in (0, 1))
+    return tuple(stride), dil, tuple(pad), pad_r
+
+
+def _usable(node, *arrays):
+    return node.groups == 1 and all(
+        a.dtype == numpy.float32 and a.ndim == 4 for a in arrays)
+
+
+def _forward_pd(x_shape, w_shape, y_shape, geo, bias_md=None):
+    strides, dil, pad_l, pad_r = geo
+    src, w, dst = (L.any_layout(s) for s in (x_shape, w_shape, y_shape))
+    return L.PrimitiveDesc(
+        'dnnl_convolution_forward_primitive_desc_create',
+        lambda pd: L.lib.dnnl_convolution_forward_primitive_desc_create(
+            pd, L.engine, L.FORWARD_TRAINING, L.CONVOLUTION_DIRECT, src, w,
+            bias_md, dst, L.dims(strides), L.dims(dil), L.dims(pad_l),
+            L.dims(pad_r), None))
+
+
+# -- Convolution2D: forward -----------------------------------------------------
+def convolution_2d(node, inputs):
+    x, W = inputs[:2]
+    b = inputs[2] if len(inputs) == 3 else None
+    if not _usable(node, x, W) or (b is not None and b.dtype != x.dtype):
+        return None
+    k = W.shape[2:]
+    out = tuple(_outsize(x.shape[2 + a], k[a], node.stride[a], node.pad[a],
+                         node.dilate[a], node.cover_all) for a in (0, 1))
+    y_shape = (x.shape[0], W.shape[0]) + out
+    geo = _geometry(x.shape[2:], out, k, node.stride, node.pad, node.dilate)
+    key = ('conv', x.shape, x.strides, W.shape, W.strides,
+           None if b is None else b.strides, geo)
+    plan = cached(key, lambda: _forward_plan(x, W, b, y_shape, geo))
+    if plan is None:
+        return None
+    node.retain_inputs((0, 1))
+    args = {L.ARG_SRC: x, L.ARG_WEIGHTS: W}
+    if b is not None:
+        args[L.ARG_BIAS] = b
+    return plan(args)[L.ARG_DST],
+
+
+def _forward_plan(x, W, b, y_shape, geo):
+    user = {L.ARG_SRC: L.of(x), L.ARG_WEIGHTS: L.of(W)}
+    if None in user.values():
+        return None
+    bias_md = None if b is None else L.of(b)
+    pd = _forward_pd(x.shape, W.shape, y_shape, geo, bias_md)
+    args = (L.ARG_SRC, L.ARG_WEIGHTS, L.ARG_DST) + (
+        () if b is None else (L.ARG_BIAS,))
+    return Plan(L.Primitive(pd, args), user, {L.ARG_DST: y_shape})
+
+
+# -- Deconvolution2D: the convolution's backward data ---------------------------
+def deconvolution_2d(node, inputs):
+    gy, W = inputs[:2]
+    b = inputs[2] if len(inputs) == 3 else None
+    if not _usable(node, gy, W) or (b is not None and b.dtype != gy.dtype):
+        return None
+    k = W.shape[2:]
+    gx_shape = (gy.shape[0], W.shape[1]) + tuple(node.outsize)
+    geo = _geometry(node.outsize, gy.shape[2:], k, node.stride, node.pad,
+                    node.dilate)
+    key = ('deconv', gy.shape, gy.strides, W.shape, W.strides, gx_shape, geo)
+    plan = cached(key, lambda: _backward_data_plan(gy, W, gx_shape, geo))
+    if plan is None:
+        return None
+    node.retain_inputs((0, 1))
+    gx = plan({L.ARG_DIFF_DST: gy, L.ARG_WEIGHTS: W})[L.ARG_DIFF_SRC]
+    if b is not None:
+        gx += b.reshape(1, -1, 1, 1)
+    return gx,
+
+
+def _backward_data_plan(gy, W, gx_shape, geo):
+    user = {L.ARG_DIFF_DST: L.of(gy), L.ARG_WEIGHTS: L.of(W)}
+    if None in user.values():
+        return None
+    strides, dil, pad_l, pad_r = geo
+    hint = _forward_pd(gx_shape, W.shape, gy.shape, geo)
+    diff_src, w, diff_dst = (L.any_layout(s)
+                             for s in (gx_shape, W.shape, gy.shape))
+    pd = L.PrimitiveDesc(
+        'dnnl_convolution_backward_data_primitive_desc_create',
+        lambda pd: L.lib.dnnl_convolution_backward_data_primitive_desc_create(
+            pd, L.engine, L.CONVOLUTION_DIRECT, diff_src, w, diff_dst,
+            L.dims(strides), L.dims(dil), L.dims(pad_l), L.dims(pad_r),
+            hint, None))
+    primitive = L.Primitive(pd, (L.ARG_DIFF_DST, L.ARG_WEIGHTS,
+                                 L.ARG_DIFF_SRC))
+    return Plan(primitive, user, {L.ARG_DIFF_SRC: gx_shape})
+
+
+# -- Convolution2DGradW: the convolution's backward weights ---------------------
+def convolution_2d_grad_w(node, inputs):
+    x, gy = inputs
+    if not _usable(node, x, gy):
+        return None
+    w_shape = node.w_shape
+    geo = _geometry(x.shape[2:], gy.shape[2:], w_shape[2:], node.stride,
+                    node.pad, node.dilate)
+    key = ('grad_w', x.shape, x.strides, gy.shape, gy.strides, w_shape, geo)
+    plan = cached(key, lambda: _backward_weights_plan(x, gy, w_shape, geo))
+    if plan is None:
+        return None
+    node.retain_inputs((0, 1))
+    return plan({L.ARG_SRC: x, L.ARG_DIFF_DST: gy})[L.ARG_DIFF_WEIGHTS],
+
+
+def _backward_weights_plan(x, gy, w_shape, geo):
+    user = {L.ARG_SRC: L.of(x), L.ARG_DIFF_DST: L.of(gy)}
+    if None in user.values():
+        return None
+    strides, dil, pad_l, pad_r = geo
+    hint = _forward_pd(x.shape, w_shape, gy.shape, geo)
+    src, diff_w, diff_dst = (L.any_layout(s)
+                             for s in (x.shape, w_shape, gy.shape))
+    create = L.lib.dnnl_convolution_backward_weights_primitive_desc_create
+    pd = L.PrimitiveDesc(
+        'dnnl_convolution_backward_weights_primitive_desc_create',
+        lambda pd: create(pd, L.engine, L.CONVOLUTION_DIRECT, src, diff_w,
+                          None, diff_dst, L.dims(strides), L.dims(dil),
+                          L.dims(pad_l), L.dims(pad_r), hint, None))
+    primitive = L.Primitive(pd, (L.ARG_SRC, L.ARG_DIFF_DST,
+                                 L.ARG_DIFF_WEIGHTS))
+    return Plan(primitive, user, {L.ARG_DIFF_WEIGHTS: tuple(w_shape)})
