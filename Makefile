@@ -137,7 +137,7 @@ BENCH_PIP_ARGS ?=
 $(BENCH_STAMP):
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install $(BENCH_PIP_ARGS) torch==2.13.0 numpy
-	$(BENCH_VENV)/bin/python -m pip install -e '.[mpi]'
+	$(BENCH_VENV)/bin/python -m pip install -e '.[mpi,onednn]'
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)

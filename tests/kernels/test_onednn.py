@@ -66,9 +66,21 @@ BNS = sorted({b for _, bns in SHAPES.values() for b in bns})
 
 
 def _kernel(node_type):
+    """The kernel of node_type: the registered one, else the one written
+    and not registered (batch normalization: see onednn/__init__.py)."""
     kernel = kernels.registered(node_type, 'onednn')
+    if kernel is None:
+        kernel = dict(onednn.UNREGISTERED).get(node_type)
     assert kernel is not None, node_type
     return kernel
+
+
+@pytest.fixture
+def every_size(monkeypatch):
+    """Let the convolution kernels take the sizes they decline for speed
+    (tiny maps, few channels): they must be right there too."""
+    monkeypatch.setattr(onednn.convolution, '_MIN_PIXELS', 1)
+    monkeypatch.setattr(onednn.convolution, '_MIN_CHANNELS', 1)
 
 
 def _both(make_node, inputs):
@@ -100,7 +112,7 @@ def _same_retained(k_node, b_node):
 
 @pytest.mark.parametrize('spec', CONVS, ids=lambda s: 'n{}c{}h{}o{}k{}s{}p{}'
                          .format(*s))
-def test_convolution_kernels_equal_bodies(spec):
+def test_convolution_kernels_equal_bodies(spec, every_size):
     n, c, h, o, k, s, p = spec
     rng = numpy.random.default_rng(sum(spec))
     x, W, b = _rand(rng, (n, c, h, h)), _rand(rng, (o, c, k, k)), \
@@ -135,7 +147,7 @@ def test_convolution_kernels_equal_bodies(spec):
     _same_retained(kn, bn)
 
 
-def test_deconvolution_with_bias_and_cover_all():
+def test_deconvolution_with_bias_and_cover_all(every_size):
     # What deconvolution_2d's users (not only conv's backward) pass: a
     # bias, and an outsize that only a cover_all convolution maps back.
     rng = numpy.random.default_rng(1)
@@ -236,6 +248,17 @@ def test_kernels_decline_what_onednn_does_not_take():
                                      None, 0.9)
     assert bn(per_pixel, (x, numpy.ones((4, 6, 6), numpy.float32),
                           numpy.ones((4, 6, 6), numpy.float32))) is None
+
+
+def test_sizes_where_the_body_is_faster_are_declined():
+    rng = numpy.random.default_rng(7)
+    conv = _kernel(C.Convolution2D)
+    node = C.Convolution2D((1, 1), (1, 1), False, (1, 1), 1)
+    stem = (_rand(rng, (2, 3, 8, 8)), _rand(rng, (8, 3, 3, 3)))
+    tiny = (_rand(rng, (2, 8, 2, 2)), _rand(rng, (8, 8, 3, 3)))
+    fits = (_rand(rng, (2, 8, 3, 3)), _rand(rng, (8, 8, 3, 3)))
+    assert conv(node, stem) is None and conv(node, tiny) is None
+    assert conv(node, fits) is not None
 
 
 def test_float64_runs_the_body_through_the_seam():

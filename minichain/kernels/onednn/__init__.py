@@ -68,11 +68,19 @@ def _gated(kernel):
     return run
 
 
-for _type, _kernel in (
-        (_conv.Convolution2D, convolution.convolution_2d),
-        (_conv.Deconvolution2D, convolution.deconvolution_2d),
-        (_conv.Convolution2DGradW, convolution.convolution_2d_grad_w),
-        (_norm.BatchNormalization, normalization.batch_normalization),
-        (_norm.BatchNormalizationGrad,
-         normalization.batch_normalization_grad)):
+# Registered: the convolutions. Not registered: batch normalization
+# (normalization.py, tested against the body all the same). On NCHW,
+# oneDNN's batch normalization measured 1.1-1.8x slower than the body's
+# (bench/README.md, "oneDNN kernels"); it pays in oneDNN's blocked layout,
+# which would have to be kept between ops.
+REGISTERED = (
+    (_conv.Convolution2D, convolution.convolution_2d),
+    (_conv.Deconvolution2D, convolution.deconvolution_2d),
+    (_conv.Convolution2DGradW, convolution.convolution_2d_grad_w),
+)
+UNREGISTERED = (
+    (_norm.BatchNormalization, normalization.batch_normalization),
+    (_norm.BatchNormalizationGrad, normalization.batch_normalization_grad),
+)
+for _type, _kernel in REGISTERED:
     kernels.register(_type, 'onednn', _gated(_kernel))

@@ -44,7 +44,8 @@ BACKWARD_WEIGHTS = 192
 CONVOLUTION_DIRECT = 0x1        # dnnl_alg_kind_t
 USE_SCALE, USE_SHIFT = 0x2, 0x4     # dnnl_normalization_flags_t
 FUSE_NORM_RELU, FUSE_NORM_ADD_RELU = 0x8, 0x10
-QUERY_SRC_MD, QUERY_DIFF_SRC_MD = 129, 130      # dnnl_query_t
+QUERY_IMPL_INFO_STR = 8                         # dnnl_query_t
+QUERY_SRC_MD, QUERY_DIFF_SRC_MD = 129, 130
 QUERY_WEIGHTS_MD, QUERY_DIFF_WEIGHTS_MD = 131, 132
 QUERY_DST_MD, QUERY_DIFF_DST_MD = 133, 134
 QUERY_WORKSPACE_MD = 135
@@ -168,6 +169,7 @@ def _declare(lib):
             (P, H, I, H, H, F, U, H),
         'dnnl_batch_normalization_backward_primitive_desc_create':
             (P, H, I, H, H, H, F, U, H, H),
+        'dnnl_primitive_desc_query': (H, I, I, H),
     }
     for name, args in status.items():
         fn = getattr(lib, name)
@@ -268,10 +270,22 @@ class PrimitiveDesc:
     def __init__(self, name, create):
         self.handle = _handle()
         check(name, create(ctypes.byref(self.handle)))
+        if self.implementation().startswith('ref'):
+            # oneDNN's reference code (a plain loop nest, for layouts its
+            # optimized kernels do not take) ran a 1x1 convolution on a
+            # channel-major input 1000x slower than NumPy: refuse it.
+            raise Error(name + ' (only its reference implementation)', 3)
 
     @property
     def _as_parameter_(self):
         return self.handle
+
+    def implementation(self):
+        """oneDNN's name of the implementation chosen, e.g. 'jit:avx2'."""
+        name = ctypes.c_char_p()
+        check('dnnl_primitive_desc_query', lib.dnnl_primitive_desc_query(
+            self.handle, QUERY_IMPL_INFO_STR, 0, ctypes.byref(name)))
+        return name.value.decode()
 
     def md(self, arg):
         """The md the primitive descriptor chose for execute argument

@@ -39,14 +39,49 @@ def _geometry(in_size, out_size, k, stride, pad, dilate):
     return tuple(stride), dil, tuple(pad), pad_r
 
 
-def _usable(node, *arrays):
-    return node.groups == 1 and all(
-        a.dtype == numpy.float32 and a.ndim == 4 for a in arrays)
+# Where the body measured faster than oneDNN (fwd + bwd data + bwd
+# weights at batch 32, 2 threads; bench/README.md, "oneDNN kernels"), the
+# kernels decline: output maps under 3x3 pixels (ResNet-50's last stage on
+# small images: too little work per call for oneDNN's blocking) and
+# inputs of fewer than 4 channels (a grey or RGB stem).
+_MIN_PIXELS, _MIN_CHANNELS = 9, 4
+# A 1x1 convolution whose output map has at least this many pixels runs
+# on plain NCHW: oneDNN's GEMM-based kernel takes it at full speed and no
+# reorder is paid (1.2-1.5x faster than blocked at 14x14); on smaller maps
+# the blocked kernel wins.
+_PLAIN_1X1_PIXELS = 49
 
 
-def _forward_pd(x_shape, w_shape, y_shape, geo, bias_md=None):
+def _plain(k, y_shape, *arrays):
+    """Whether a convolution runs on plain NCHW (C-ordered ``arrays``)."""
+    return (tuple(k) == (1, 1)
+            and y_shape[2] * y_shape[3] >= _PLAIN_1X1_PIXELS
+            and all(a.flags.c_contiguous for a in arrays))
+
+
+def _mds(plain, *pairs):
+    """The primitive's mds for ``(shape, array or None)`` pairs: the
+    arrays' own layout when ``plain``, else oneDNN's choice
+    (``format_tag_any``: the blocked layout its direct 3x3 and 7x7
+    kernels need; the plan reorders in and out)."""
+    if plain:
+        return tuple(L.plain(shape) if a is None else L.of(a)
+                     for shape, a in pairs)
+    return tuple(L.any_layout(shape) for shape, _ in pairs)
+
+
+def _usable(node, in_channels, y_shape, *arrays):
+    """float32 4-D arrays, one group, and a size where oneDNN pays, for a
+    convolution of ``in_channels`` to an output of ``y_shape``."""
+    return (node.groups == 1
+            and all(a.dtype == numpy.float32 and a.ndim == 4
+                    for a in arrays)
+            and in_channels >= _MIN_CHANNELS
+            and y_shape[2] * y_shape[3] >= _MIN_PIXELS)
+
+
+def _forward_pd(src, w, dst, geo, bias_md=None):
     strides, dil, pad_l, pad_r = geo
-    src, w, dst = (L.any_layout(s) for s in (x_shape, w_shape, y_shape))
     return L.PrimitiveDesc(
         'dnnl_convolution_forward_primitive_desc_create',
         lambda pd: L.lib.dnnl_convolution_forward_primitive_desc_create(
@@ -59,12 +94,13 @@ def _forward_pd(x_shape, w_shape, y_shape, geo, bias_md=None):
 def convolution_2d(node, inputs):
     x, W = inputs[:2]
     b = inputs[2] if len(inputs) == 3 else None
-    if not _usable(node, x, W) or (b is not None and b.dtype != x.dtype):
-        return None
     k = W.shape[2:]
     out = tuple(_outsize(x.shape[2 + a], k[a], node.stride[a], node.pad[a],
                          node.dilate[a], node.cover_all) for a in (0, 1))
     y_shape = (x.shape[0], W.shape[0]) + out
+    if (not _usable(node, x.shape[1], y_shape, x, W)
+            or (b is not None and b.dtype != x.dtype)):
+        return None
     geo = _geometry(x.shape[2:], out, k, node.stride, node.pad, node.dilate)
     key = ('conv', x.shape, x.strides, W.shape, W.strides,
            None if b is None else b.strides, geo)
@@ -83,7 +119,9 @@ def _forward_plan(x, W, b, y_shape, geo):
     if None in user.values():
         return None
     bias_md = None if b is None else L.of(b)
-    pd = _forward_pd(x.shape, W.shape, y_shape, geo, bias_md)
+    mds = _mds(_plain(W.shape[2:], y_shape, x, W), (x.shape, x), (W.shape, W),
+               (y_shape, None))
+    pd = _forward_pd(*mds, geo, bias_md)
     args = (L.ARG_SRC, L.ARG_WEIGHTS, L.ARG_DST) + (
         () if b is None else (L.ARG_BIAS,))
     return Plan(L.Primitive(pd, args), user, {L.ARG_DST: y_shape})
@@ -93,10 +131,12 @@ def _forward_plan(x, W, b, y_shape, geo):
 def deconvolution_2d(node, inputs):
     gy, W = inputs[:2]
     b = inputs[2] if len(inputs) == 3 else None
-    if not _usable(node, gy, W) or (b is not None and b.dtype != gy.dtype):
-        return None
     k = W.shape[2:]
     gx_shape = (gy.shape[0], W.shape[1]) + tuple(node.outsize)
+    # Sized as the convolution whose backward this is: gx -> gy.
+    if (not _usable(node, gx_shape[1], gy.shape, gy, W)
+            or (b is not None and b.dtype != gy.dtype)):
+        return None
     geo = _geometry(node.outsize, gy.shape[2:], k, node.stride, node.pad,
                     node.dilate)
     key = ('deconv', gy.shape, gy.strides, W.shape, W.strides, gx_shape, geo)
@@ -115,9 +155,10 @@ def _backward_data_plan(gy, W, gx_shape, geo):
     if None in user.values():
         return None
     strides, dil, pad_l, pad_r = geo
-    hint = _forward_pd(gx_shape, W.shape, gy.shape, geo)
-    diff_src, w, diff_dst = (L.any_layout(s)
-                             for s in (gx_shape, W.shape, gy.shape))
+    diff_src, w, diff_dst = _mds(_plain(W.shape[2:], gy.shape, gy, W),
+                                 (gx_shape, None), (W.shape, W),
+                                 (gy.shape, gy))
+    hint = _forward_pd(diff_src, w, diff_dst, geo)
     pd = L.PrimitiveDesc(
         'dnnl_convolution_backward_data_primitive_desc_create',
         lambda pd: L.lib.dnnl_convolution_backward_data_primitive_desc_create(
@@ -132,7 +173,7 @@ def _backward_data_plan(gy, W, gx_shape, geo):
 # -- Convolution2DGradW: the convolution's backward weights ---------------------
 def convolution_2d_grad_w(node, inputs):
     x, gy = inputs
-    if not _usable(node, x, gy):
+    if not _usable(node, x.shape[1], gy.shape, x, gy):
         return None
     w_shape = node.w_shape
     geo = _geometry(x.shape[2:], gy.shape[2:], w_shape[2:], node.stride,
@@ -150,9 +191,10 @@ def _backward_weights_plan(x, gy, w_shape, geo):
     if None in user.values():
         return None
     strides, dil, pad_l, pad_r = geo
-    hint = _forward_pd(x.shape, w_shape, gy.shape, geo)
-    src, diff_w, diff_dst = (L.any_layout(s)
-                             for s in (x.shape, w_shape, gy.shape))
+    src, diff_w, diff_dst = _mds(_plain(w_shape[2:], gy.shape, x, gy),
+                                 (x.shape, x), (w_shape, None),
+                                 (gy.shape, gy))
+    hint = _forward_pd(src, diff_w, diff_dst, geo)
     create = L.lib.dnnl_convolution_backward_weights_primitive_desc_create
     pd = L.PrimitiveDesc(
         'dnnl_convolution_backward_weights_primitive_desc_create',
