@@ -137,6 +137,10 @@ def start(name, batch, size, stem, args):
                MKL_NUM_THREADS=str(args.threads))
     if name == 'never':
         env['MINICHAIN_ONEDNN'] = 'never'
+    # OpenMP threads (oneDNN's, PyTorch's) sleep while waiting, as the
+    # training script has them (bench/README.md, "oneDNN kernels"); the
+    # environment's setting wins.
+    env.setdefault('OMP_WAIT_POLICY', 'passive')
     return _interleave.Worker(name, cmd, env=env, timeout=args.timeout)
 
 

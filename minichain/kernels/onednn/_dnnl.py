@@ -24,6 +24,7 @@ created once; each call only points them at the arrays of that call.
 import ctypes
 import os
 import sys
+import threading
 
 import numpy
 
@@ -305,7 +306,8 @@ class Primitive:
     The memory objects live as long as the primitive: oneDNN reads them
     during execute, and one freed while bound would crash the process.
     Each call points them at its arrays, which the caller holds until the
-    call returns (execute on a CPU stream is finished after the wait).
+    call returns (execute on a CPU stream is finished after the wait); a
+    lock keeps two Python threads from re-pointing them at once.
     """
 
     def __init__(self, pd, args):
@@ -321,19 +323,21 @@ class Primitive:
             self.memory[arg] = m
         self._args = (_ExecArg * len(args))(
             *[_ExecArg(a, m) for a, m in self.memory.items()])
+        self._lock = threading.Lock()
 
     def md(self, arg):
         return self.pd.md(arg)
 
     def __call__(self, arrays):
         """Execute with ``{DNNL_ARG_*: NumPy array}`` (every argument)."""
-        for arg, a in arrays.items():
-            check('dnnl_memory_set_data_handle',
-                  lib.dnnl_memory_set_data_handle(self.memory[arg],
-                                                  a.ctypes.data))
-        check('dnnl_primitive_execute', lib.dnnl_primitive_execute(
-            self.handle, stream, len(self._args), self._args))
-        check('dnnl_stream_wait', lib.dnnl_stream_wait(stream))
+        with self._lock:
+            for arg, a in arrays.items():
+                check('dnnl_memory_set_data_handle',
+                      lib.dnnl_memory_set_data_handle(self.memory[arg],
+                                                      a.ctypes.data))
+            check('dnnl_primitive_execute', lib.dnnl_primitive_execute(
+                self.handle, stream, len(self._args), self._args))
+            check('dnnl_stream_wait', lib.dnnl_stream_wait(stream))
 
     def __del__(self):
         if lib is None:
