@@ -65,6 +65,14 @@ CONVS = sorted({c for convs, _ in SHAPES.values() for c in convs})
 BNS = sorted({b for _, bns in SHAPES.values() for b in bns})
 
 
+@pytest.fixture(autouse=True)
+def onednn_on():
+    """The kernels run here whatever MINICHAIN_ONEDNN says (CI runs the
+    suite once more with it 'never')."""
+    with using_config('use_onednn', 'auto'):
+        yield
+
+
 def _kernel(node_type):
     """The kernel of node_type: the registered one, else the one written
     and not registered (batch normalization: see onednn/__init__.py)."""
