@@ -70,7 +70,7 @@ def _gated(kernel):
 
 # Registered: the convolutions. Not registered: batch normalization
 # (normalization.py, tested against the body all the same). On NCHW,
-# oneDNN's batch normalization measured 1.1-1.8x slower than the body's
+# oneDNN's batch normalization measured 1.8-16x slower than the body's
 # (bench/README.md, "oneDNN kernels"); it pays in oneDNN's blocked layout,
 # which would have to be kept between ops.
 REGISTERED = (
