@@ -4,7 +4,10 @@ The script records every convolution of one training step of the bundled
 ResNet-50 at a shape (input, weight, stride, padding, and how many times
 the step runs it). It then times each one alone: minichain's forward,
 input gradient and weight gradient (the ``Convolution2D``,
-``Deconvolution2D`` and ``Convolution2DGradW`` nodes), and PyTorch's
+``Deconvolution2D`` and ``Convolution2DGradW`` nodes, as the step runs
+them: through the kernel seam, so a oneDNN kernel where one takes the
+shape, else the body; ``MINICHAIN_ONEDNN=never`` times the bodies), and
+PyTorch's
 forward and ``convolution_backward`` (both gradients) on the same arrays.
 All of minichain's timings come first, PyTorch's after them, because
 PyTorch's OpenMP threads spin after each call and would slow what runs
@@ -29,23 +32,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def record(batch, size, stem):
     """``{(x shape, W shape, stride, pad): count}`` of one forward pass."""
+    from minichain import kernels
     from minichain.functions import convolution
     from models.resnet import ResNet50, loss_and_accuracy
     seen = collections.Counter()
-    real = convolution.Convolution2D.forward
+    real = kernels.forward
 
-    def spy(self, inputs):
-        x, W = inputs[:2]
-        seen[(x.shape, W.shape, self.stride, self.pad)] += 1
-        return real(self, inputs)
-    convolution.Convolution2D.forward = spy
+    def spy(node, inputs):   # every forward passes the seam
+        if type(node) is convolution.Convolution2D:
+            x, W = inputs[:2]
+            seen[(x.shape, W.shape, node.stride, node.pad)] += 1
+        return real(node, inputs)
+    kernels.forward = spy
     try:
         rng = numpy.random.default_rng(0)
         x = rng.standard_normal((batch, 3, size, size), dtype=numpy.float32)
         t = rng.integers(0, 1000, batch).astype(numpy.int32)
         loss_and_accuracy(ResNet50(1000, stem=stem), x, t)
     finally:
-        convolution.Convolution2D.forward = real
+        kernels.forward = real
     return seen
 
 
@@ -73,14 +78,15 @@ def time_minichain(key, rounds):
     """Forward, input gradient, weight gradient (ms)."""
     from minichain.functions.convolution import (
         Convolution2D, Convolution2DGradW, Deconvolution2D)
+    from minichain.kernels import forward
     xs, ws, stride, pad = key
     x, W, gy = layer_arrays(key, 1)
     fwd = Convolution2D(stride, pad, False, (1, 1), 1)
     gx = Deconvolution2D(stride, pad, xs[2:], False, (1, 1), 1)
     gw = Convolution2DGradW(ws, stride, pad, False, (1, 1), 1)
-    return (median_ms(lambda: fwd.forward((x, W)), rounds),
-            median_ms(lambda: gx.forward((gy, W)), rounds),
-            median_ms(lambda: gw.forward((x, gy)), rounds))
+    return (median_ms(lambda: forward(fwd, (x, W)), rounds),
+            median_ms(lambda: forward(gx, (gy, W)), rounds),
+            median_ms(lambda: forward(gw, (x, gy)), rounds))
 
 
 def time_torch(key, rounds, threads):
