@@ -21,12 +21,14 @@ $(STAMP): setup.cfg pyproject.toml
 test: $(STAMP)
 	MINICHAIN_REQUIRE_MPI=1 $(VENV)/bin/python -m pytest
 
-# `make test-other-cpu`: the single-process tests again with one BLAS (and
-# minichain) thread and OpenBLAS's AVX2 kernels (Haswell), so that CI on
-# one machine also sees another summation order than the first leg's (the
-# machine's own kernels, its thread count). A test whose outcome hinges on
-# rounding fails in one of the two legs.
-OTHER_CPU ?= OPENBLAS_NUM_THREADS=1 OPENBLAS_CORETYPE=Haswell
+# `make test-other-cpu`: the single-process tests again on the NumPy
+# kernels (oneDNN's off) with one BLAS (and minichain) thread and
+# OpenBLAS's AVX2 kernels (Haswell), so that CI on one machine also sees
+# another summation order than the first leg's (oneDNN where it installs,
+# the machine's own BLAS kernels, its thread count). A test whose outcome
+# hinges on rounding fails in one of the two legs.
+OTHER_CPU ?= MINICHAIN_ONEDNN=never OPENBLAS_NUM_THREADS=1 \
+	OMP_NUM_THREADS=1 OPENBLAS_CORETYPE=Haswell
 
 test-other-cpu: $(STAMP)
 	$(OTHER_CPU) MINICHAIN_REQUIRE_MPI=1 $(VENV)/bin/python -m pytest \
@@ -47,7 +49,7 @@ TRAIN_STAMP := $(VENV)/.train-installed
 TRAIN_FLAGS = $(if $(DATA_DIR), --data-dir $(DATA_DIR))$(if $(TRAIN_ARGS), $(TRAIN_ARGS))
 
 $(TRAIN_STAMP): $(STAMP)
-	$(VENV)/bin/python -m pip install -e '.[mpi,plot,progress,image]'
+	$(VENV)/bin/python -m pip install -e '.[mpi,plot,progress,image,onednn]'
 	touch $(TRAIN_STAMP)
 
 train: $(TRAIN_STAMP)
@@ -152,7 +154,7 @@ BENCH_PIP_ARGS ?=
 $(BENCH_STAMP):
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install $(BENCH_PIP_ARGS) torch==2.13.0 numpy
-	$(BENCH_VENV)/bin/python -m pip install -e '.[mpi]'
+	$(BENCH_VENV)/bin/python -m pip install -e '.[mpi,onednn]'
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)

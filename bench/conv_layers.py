@@ -4,7 +4,10 @@ The script records every convolution of one training step of the bundled
 ResNet-50 at a shape (input, weight, stride, padding, and how many times
 the step runs it). It then times each one alone: minichain's forward,
 input gradient and weight gradient (the ``Convolution2D``,
-``Deconvolution2D`` and ``Convolution2DGradW`` nodes), and PyTorch's
+``Deconvolution2D`` and ``Convolution2DGradW`` nodes, as the step runs
+them: through the kernel seam, so a oneDNN kernel where one takes the
+shape, else the body; ``MINICHAIN_ONEDNN=never`` times the bodies), and
+PyTorch's
 forward and ``convolution_backward`` (both gradients) on the same arrays.
 All of minichain's timings come first, PyTorch's after them, because
 PyTorch's OpenMP threads spin after each call and would slow what runs

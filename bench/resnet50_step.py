@@ -23,6 +23,10 @@ checkout (``git worktree add /tmp/before <commit>``) in the same turns, and
 a line gives this checkout's speed against it: how a change is measured
 step for step when two runs minutes apart differ by more than the change.
 
+With ``--never`` one more worker runs this checkout with
+``MINICHAIN_ONEDNN=never`` (the NumPy path) in the same turns, and a line
+gives the oneDNN kernels' speed against it.
+
 PyTorch is optional: without it the ratios are left out (``make bench``
 installs the CPU build into the bench's own environment).
 """
@@ -122,7 +126,7 @@ def worker(args):
 def start(name, batch, size, stem, args):
     """A warmed-up worker process for framework ``name``."""
     cmd = [sys.executable, os.path.abspath(__file__), '--worker',
-           'minichain' if name == 'before' else name,
+           'minichain' if name in ('before', 'never') else name,
            '--batch', str(batch), '--size', str(size), '--stem', stem,
            '--warmup', str(args.warmup), '--threads', str(args.threads)]
     if name == 'before':
@@ -131,6 +135,12 @@ def start(name, batch, size, stem, args):
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.threads),
                OMP_NUM_THREADS=str(args.threads),
                MKL_NUM_THREADS=str(args.threads))
+    if name == 'never':
+        env['MINICHAIN_ONEDNN'] = 'never'
+    # OpenMP threads (oneDNN's, PyTorch's) sleep while waiting, as the
+    # training script has them (bench/README.md, "oneDNN kernels"); the
+    # environment's setting wins.
+    env.setdefault('OMP_WAIT_POLICY', 'passive')
     return _interleave.Worker(name, cmd, env=env, timeout=args.timeout)
 
 
@@ -191,6 +201,9 @@ def main():
     p.add_argument('--against', metavar='DIR',
                    help='another checkout whose minichain takes turns too '
                         '(the "before" worker)')
+    p.add_argument('--never', action='store_true',
+                   help='a worker with MINICHAIN_ONEDNN=never takes turns '
+                        'too (the NumPy path)')
     p.add_argument('--worker', choices=['minichain', 'torch'],
                    help=argparse.SUPPRESS)
     p.add_argument('--root', help=argparse.SUPPRESS)
@@ -215,6 +228,8 @@ def main():
                     'checkout, e.g. git worktree add /tmp/before HEAD~1)'
                     .format(args.against))
         names.insert(1, 'before')
+    if args.never:
+        names.insert(1, 'never')
     print('{} thread(s) per framework; workers take turns, {} s apart'
           .format(args.threads, args.gap))
     print('{:<10} {:>5} {:>4} {:>9} {:>8} {:>8} {:>6} {:>9}'.format(
@@ -243,6 +258,8 @@ def report(names, batch, size, stem, runs, peak):
         pairs = _ratio_line(runs, 'torch', 'PyTorch', batch, size)
     if 'minichain' in names and 'before' in names:
         _ratio_line(runs, 'before', 'before', batch, size)
+    if 'minichain' in names and 'never' in names:
+        _ratio_line(runs, 'never', 'never', batch, size)
     return pairs
 
 

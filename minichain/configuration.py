@@ -18,6 +18,9 @@ _DEFAULTS = {
     # Registered kernels (minichain/kernels) may run instead of the ops'
     # bodies; off, every op runs its plain NumPy/CuPy body.
     'use_kernels': os.environ.get('MINICHAIN_KERNELS', '1') != '0',
+    # oneDNN's CPU kernels (minichain/kernels/onednn): 'auto' (when the
+    # library loads), 'always' (an error when it cannot), 'never'.
+    'use_onednn': os.environ.get('MINICHAIN_ONEDNN', 'auto'),
 }
 
 

@@ -27,7 +27,12 @@ import warnings
 def _share_cores():
     """Give each rank of this node its share of the cores as BLAS threads,
     before NumPy starts them (mpiexec puts ranks side by side; unlimited
-    threads per rank oversubscribe the cores). An explicit setting wins."""
+    threads per rank oversubscribe the cores), and oneDNN's OpenMP threads
+    as many (OMP_NUM_THREADS), sleeping rather than spinning while they
+    wait: beside NumPy's threads and another rank, spinning made a
+    ResNet-50 step 2.8x slower (bench/README.md, "oneDNN kernels"). An
+    explicit setting wins."""
+    os.environ.setdefault('OMP_WAIT_POLICY', 'passive')
     local = (os.environ.get('MPI_LOCALNRANKS')
              or os.environ.get('OMPI_COMM_WORLD_LOCAL_SIZE') or '')
     if local.isdigit() and int(local) > 1:

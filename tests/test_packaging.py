@@ -20,17 +20,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # The extras users install by name (README.md, Makefile, .ci).
+ONEDNN = ("onednn-cpu-gomp==2023.2.0; platform_system == 'Linux' and "
+          "platform_machine == 'x86_64'")
 EXTRAS = {
     'mpi': ['mpi4py>=3.1', 'mpich'],
     'mpi-system': ['mpi4py>=3.1'],
     'cuda12': ['cupy-cuda12x[ctk]>=14', 'nvidia-nccl-cu12'],
     'cuda13': ['cupy-cuda13x[ctk]>=14', 'nvidia-nccl-cu13'],
     'gpu': ['cupy-cuda12x[ctk]>=14', 'nvidia-nccl-cu12'],
+    'onednn': [ONEDNN],
     'image': ['Pillow'],
     'plot': ['matplotlib'],
     'progress': ['tqdm'],
     'test': ['pytest>=7', 'pytest-timeout', 'mpi4py>=3.1', 'mpich', 'Pillow',
-             'matplotlib', 'tqdm'],
+             'matplotlib', 'tqdm', ONEDNN],
     'test-system': ['pytest>=7', 'pytest-timeout', 'mpi4py>=3.1', 'Pillow',
                     'matplotlib', 'tqdm'],
 }

@@ -1,0 +1,129 @@
+"""The oneDNN kernels one layer at a time against the ops' bodies.
+
+For each ResNet-50 layer kind at batch 32 (small2 and ImageNet maps):
+a convolution's forward + backward data + backward weights, and batch
+normalization's forward (ReLU fused) + backward, timed as oneDNN kernel
+(``minichain/kernels/onednn``) and as the op's body (``node.forward``,
+the NumPy path) in alternation, the median of ``--reps`` turns each;
+the ratio is body time / oneDNN time (above 1: oneDNN faster). A
+convolution is also timed with its oneDNN plan forced to plain NCHW and
+forced to the blocked layout, which is how the 1x1 rule in
+``onednn/convolution.py`` was chosen. These are the figures behind the
+sizes the kernels decline (bench/README.md, "oneDNN kernels").
+
+    OMP_WAIT_POLICY=passive python bench/onednn_layers.py [--reps 7]
+"""
+import argparse
+import os
+import sys
+import time
+
+import numpy
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+from minichain.functions import convolution as C  # noqa: E402
+from minichain.functions import normalization as N  # noqa: E402
+from minichain.functions._channels import Layout  # noqa: E402
+
+# (batch, in channels, map, out channels, kernel, stride, pad)
+CONVS = [(32, 64, 14, 64, 3, 1, 1), (32, 128, 7, 128, 3, 1, 1),
+         (32, 256, 4, 256, 3, 1, 1), (32, 512, 2, 512, 3, 1, 1),
+         (32, 256, 14, 64, 1, 1, 0), (32, 64, 14, 256, 1, 1, 0),
+         (32, 512, 4, 128, 1, 1, 0), (32, 1024, 4, 2048, 1, 2, 0),
+         (32, 2048, 2, 512, 1, 1, 0), (32, 1, 28, 64, 3, 2, 1),
+         (8, 3, 224, 64, 7, 2, 3), (8, 64, 56, 64, 3, 1, 1)]
+BNS = [(32, 64, 14), (32, 256, 7), (32, 1024, 2), (8, 64, 112)]
+
+
+def _median_ms(fn, reps):
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1e3 * float(numpy.median(times))
+
+
+def _conv_step(kernels, x, W, gy, s, p):
+    fwd, bwd_data, bwd_w = kernels
+    fwd(C.Convolution2D((s, s), (p, p), False, (1, 1), 1), (x, W))
+    bwd_data(C.Deconvolution2D((s, s), (p, p), x.shape[2:], False, (1, 1),
+                               1), (gy, W))
+    bwd_w(C.Convolution2DGradW(W.shape, (s, s), (p, p), False, (1, 1), 1),
+          (x, gy))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--reps', type=int, default=7)
+    args = parser.parse_args()
+    from minichain.kernels import onednn
+    if not onednn.available():
+        sys.exit('onednn_layers: oneDNN is not installed: {}'.format(
+            onednn._load_error))
+    K, plan = onednn.convolution, onednn._plan
+
+    def body(node, inputs):
+        return node.forward(inputs)
+    bodies = (body,) * 3
+    kernels = (K.convolution_2d, K.deconvolution_2d, K.convolution_2d_grad_w)
+    # Every size, whatever the decline rules say: this measures them.
+    K._MIN_PIXELS = K._MIN_CHANNELS = 1
+    rng = numpy.random.default_rng(0)
+    print('threads {} (OMP_NUM_THREADS), OMP_WAIT_POLICY={}; ms per '
+          'fwd + bwd data + bwd weights'.format(
+              onednn._dnnl.threads(), os.environ.get('OMP_WAIT_POLICY', '')))
+    print('{:<28} {:>8} {:>8} {:>8} {:>8} {:>7}'.format(
+        'convolution n,c,h,o,k,s,p', 'body', 'oneDNN', 'plain', 'blocked',
+        'ratio'))
+    rule = K._PLAIN_1X1_PIXELS
+    for n, c, h, o, k, s, p in CONVS:
+        x = rng.standard_normal((n, c, h, h), dtype=numpy.float32)
+        W = rng.standard_normal((o, c, k, k), dtype=numpy.float32)
+        oh = (h + 2 * p - k) // s + 1
+        gy = rng.standard_normal((n, o, oh, oh), dtype=numpy.float32)
+        t = {}
+        for name, threshold in (('oneDNN', rule), ('plain', 0),
+                                ('blocked', 10 ** 9)):
+            if k != 1 and name != 'oneDNN':
+                continue
+            K._PLAIN_1X1_PIXELS = threshold
+            plan._cache.clear()
+            _conv_step(kernels, x, W, gy, s, p)     # build the primitives
+            t[name] = _median_ms(lambda: _conv_step(kernels, x, W, gy, s,
+                                                    p), args.reps)
+        K._PLAIN_1X1_PIXELS = rule
+        t['body'] = _median_ms(lambda: _conv_step(bodies, x, W, gy, s, p),
+                               max(3, args.reps // 2))
+        print('{:<28} {:>8.2f} {:>8.2f} {:>8} {:>8} {:>6.2f}x'.format(
+            ','.join(map(str, (n, c, h, o, k, s, p))), t['body'],
+            t['oneDNN'], *('{:.2f}'.format(t[m]) if m in t else '-'
+                           for m in ('plain', 'blocked')),
+            t['body'] / t['oneDNN']))
+    print('{:<28} {:>8} {:>8} {:>25}'.format(
+        'batch norm + relu n,c,h', 'body', 'oneDNN', 'ratio'))
+    bn, bn_grad = onednn.normalization.batch_normalization, \
+        onednn.normalization.batch_normalization_grad
+    for n, c, h in BNS:
+        x = rng.standard_normal((n, c, h, h), dtype=numpy.float32)
+        gy = rng.standard_normal(x.shape, dtype=numpy.float32)
+        gamma, beta = numpy.ones(c, numpy.float32), numpy.zeros(
+            c, numpy.float32)
+        lay = Layout(x.shape, (0, 2, 3))
+
+        def step(fwd, bwd):
+            node = N.BatchNormalization(lay, 2e-5, None, None, 0.9, True)
+            fwd(node, (x, gamma, beta))
+            grad = N.BatchNormalizationGrad(lay, 2e-5, node.mean,
+                                            node.inv_std, node.centered)
+            bwd(grad, (x, gamma, gy))
+        step(bn, bn_grad)
+        t_one = _median_ms(lambda: step(bn, bn_grad), args.reps)
+        t_body = _median_ms(lambda: step(body, body), args.reps)
+        print('{:<28} {:>8.2f} {:>8.2f} {:>24.2f}x'.format(
+            ','.join(map(str, (n, c, h))), t_body, t_one, t_body / t_one))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,207 @@
+"""oneDNN kernels of the three convolution nodes (functions/convolution.py).
+
+``Convolution2D`` is oneDNN's convolution forward; ``Deconvolution2D``
+(what a convolution's backward uses for gx) is its backward data, and
+``Convolution2DGradW`` its backward weights. 3x3 and 7x7 convolutions
+(and 1x1 on small maps) are built on ``format_tag_any``, oneDNN's blocked
+layout, and reorder NCHW in and out (``_plan.py``); 1x1 on larger maps
+run on the arrays as they are (``_plain``).
+
+Weights are reordered into oneDNN's layout on every call, not cached: the
+optimizer updates parameters in place, so a cache keyed on the array
+would go stale. The weight reorders were about 7% of oneDNN's time in a
+step at 32 x 28 (ONEDNN_VERBOSE=1).
+
+Declined (the next kernel or the body runs): dtypes other than float32,
+groups > 1, sizes where the body measured faster (``_usable``), and any
+geometry oneDNN has no optimized code for.
+"""
+import numpy
+
+from minichain.kernels.onednn import _dnnl as L
+from minichain.kernels.onednn._plan import Plan, cached
+
+
+def _outsize(size, k, s, p, d, cover_all):
+    """Chainer's output length of a convolution along one axis."""
+    dk = (k - 1) * d + 1
+    return (size + 2 * p - dk + (s - 1 if cover_all else 0)) // s + 1
+
+
+def _geometry(in_size, out_size, k, stride, pad, dilate):
+    """oneDNN's (strides, dilates, padding_l, padding_r) for a convolution
+    from in_size to out_size. oneDNN counts dilation from 0 (1 in Chainer
+    is 0 there) and wants the right padding that makes the sizes agree,
+    which cover_all makes larger than the left one and a stride that skips
+    the last pixels makes negative."""
+    dil = tuple(d - 1 for d in dilate)
+    pad_r = tuple((out_size[a] - 1) * stride[a] + (k[a] - 1) * dilate[a] + 1
+                  - in_size[a] - pad[a] for a in (0, 1))
+    return tuple(stride), dil, tuple(pad), pad_r
+
+
+# Where the body measured faster than oneDNN (fwd + bwd data + bwd
+# weights at batch 32, 2 threads; bench/README.md, "oneDNN kernels"), the
+# kernels decline: output maps under 3x3 pixels (ResNet-50's last stage on
+# small images: too little work per call for oneDNN's blocking) and
+# inputs of fewer than 4 channels (a grey or RGB stem).
+_MIN_PIXELS, _MIN_CHANNELS = 9, 4
+# A 1x1 convolution whose output map has at least this many pixels runs
+# on plain NCHW: oneDNN's GEMM-based kernel takes it at full speed and no
+# reorder is paid (1.2-1.5x faster than blocked at 14x14); on smaller maps
+# the blocked kernel wins.
+_PLAIN_1X1_PIXELS = 49
+
+
+def _plain(k, y_shape, *arrays):
+    """Whether a convolution runs on plain NCHW (C-ordered ``arrays``)."""
+    return (tuple(k) == (1, 1)
+            and y_shape[2] * y_shape[3] >= _PLAIN_1X1_PIXELS
+            and all(a.flags.c_contiguous for a in arrays))
+
+
+def _mds(plain, *pairs):
+    """The primitive's mds for ``(shape, array or None)`` pairs: the
+    arrays' own layout when ``plain``, else oneDNN's choice
+    (``format_tag_any``: the blocked layout its direct 3x3 and 7x7
+    kernels need; the plan reorders in and out)."""
+    if plain:
+        return tuple(L.plain(shape) if a is None else L.of(a)
+                     for shape, a in pairs)
+    return tuple(L.any_layout(shape) for shape, _ in pairs)
+
+
+def _usable(node, in_channels, y_shape, *arrays):
+    """float32 4-D arrays, one group, and a size where oneDNN pays, for a
+    convolution of ``in_channels`` to an output of ``y_shape``."""
+    return (node.groups == 1
+            and all(a.dtype == numpy.float32 and a.ndim == 4
+                    for a in arrays)
+            and in_channels >= _MIN_CHANNELS
+            and y_shape[2] * y_shape[3] >= _MIN_PIXELS)
+
+
+def _forward_pd(src, w, dst, geo, bias_md=None):
+    strides, dil, pad_l, pad_r = geo
+    return L.PrimitiveDesc(
+        'dnnl_convolution_forward_primitive_desc_create',
+        lambda pd: L.lib.dnnl_convolution_forward_primitive_desc_create(
+            pd, L.engine, L.FORWARD_TRAINING, L.CONVOLUTION_DIRECT, src, w,
+            bias_md, dst, L.dims(strides), L.dims(dil), L.dims(pad_l),
+            L.dims(pad_r), None))
+
+
+# -- Convolution2D: forward -----------------------------------------------------
+def convolution_2d(node, inputs):
+    x, W = inputs[:2]
+    b = inputs[2] if len(inputs) == 3 else None
+    k = W.shape[2:]
+    out = tuple(_outsize(x.shape[2 + a], k[a], node.stride[a], node.pad[a],
+                         node.dilate[a], node.cover_all) for a in (0, 1))
+    y_shape = (x.shape[0], W.shape[0]) + out
+    if (not _usable(node, x.shape[1], y_shape, x, W)
+            or (b is not None and b.dtype != x.dtype)):
+        return None
+    geo = _geometry(x.shape[2:], out, k, node.stride, node.pad, node.dilate)
+    key = ('conv', x.shape, x.strides, W.shape, W.strides,
+           None if b is None else b.strides, geo)
+    plan = cached(key, lambda: _forward_plan(x, W, b, y_shape, geo))
+    if plan is None:
+        return None
+    node.retain_inputs((0, 1))
+    args = {L.ARG_SRC: x, L.ARG_WEIGHTS: W}
+    if b is not None:
+        args[L.ARG_BIAS] = b
+    return plan(args)[L.ARG_DST],
+
+
+def _forward_plan(x, W, b, y_shape, geo):
+    user = {L.ARG_SRC: L.of(x), L.ARG_WEIGHTS: L.of(W)}
+    if None in user.values():
+        return None
+    bias_md = None if b is None else L.of(b)
+    mds = _mds(_plain(W.shape[2:], y_shape, x, W), (x.shape, x), (W.shape, W),
+               (y_shape, None))
+    pd = _forward_pd(*mds, geo, bias_md)
+    args = (L.ARG_SRC, L.ARG_WEIGHTS, L.ARG_DST) + (
+        () if b is None else (L.ARG_BIAS,))
+    return Plan(L.Primitive(pd, args), user, {L.ARG_DST: y_shape})
+
+
+# -- Deconvolution2D: the convolution's backward data ---------------------------
+def deconvolution_2d(node, inputs):
+    gy, W = inputs[:2]
+    b = inputs[2] if len(inputs) == 3 else None
+    k = W.shape[2:]
+    gx_shape = (gy.shape[0], W.shape[1]) + tuple(node.outsize)
+    # Sized as the convolution whose backward this is: gx -> gy.
+    if (not _usable(node, gx_shape[1], gy.shape, gy, W)
+            or (b is not None and b.dtype != gy.dtype)):
+        return None
+    geo = _geometry(node.outsize, gy.shape[2:], k, node.stride, node.pad,
+                    node.dilate)
+    key = ('deconv', gy.shape, gy.strides, W.shape, W.strides, gx_shape, geo)
+    plan = cached(key, lambda: _backward_data_plan(gy, W, gx_shape, geo))
+    if plan is None:
+        return None
+    node.retain_inputs((0, 1))
+    gx = plan({L.ARG_DIFF_DST: gy, L.ARG_WEIGHTS: W})[L.ARG_DIFF_SRC]
+    if b is not None:
+        gx += b.reshape(1, -1, 1, 1)
+    return gx,
+
+
+def _backward_data_plan(gy, W, gx_shape, geo):
+    user = {L.ARG_DIFF_DST: L.of(gy), L.ARG_WEIGHTS: L.of(W)}
+    if None in user.values():
+        return None
+    strides, dil, pad_l, pad_r = geo
+    diff_src, w, diff_dst = _mds(_plain(W.shape[2:], gy.shape, gy, W),
+                                 (gx_shape, None), (W.shape, W),
+                                 (gy.shape, gy))
+    hint = _forward_pd(diff_src, w, diff_dst, geo)
+    pd = L.PrimitiveDesc(
+        'dnnl_convolution_backward_data_primitive_desc_create',
+        lambda pd: L.lib.dnnl_convolution_backward_data_primitive_desc_create(
+            pd, L.engine, L.CONVOLUTION_DIRECT, diff_src, w, diff_dst,
+            L.dims(strides), L.dims(dil), L.dims(pad_l), L.dims(pad_r),
+            hint, None))
+    primitive = L.Primitive(pd, (L.ARG_DIFF_DST, L.ARG_WEIGHTS,
+                                 L.ARG_DIFF_SRC))
+    return Plan(primitive, user, {L.ARG_DIFF_SRC: gx_shape})
+
+
+# -- Convolution2DGradW: the convolution's backward weights ---------------------
+def convolution_2d_grad_w(node, inputs):
+    x, gy = inputs
+    if not _usable(node, x.shape[1], gy.shape, x, gy):
+        return None
+    w_shape = node.w_shape
+    geo = _geometry(x.shape[2:], gy.shape[2:], w_shape[2:], node.stride,
+                    node.pad, node.dilate)
+    key = ('grad_w', x.shape, x.strides, gy.shape, gy.strides, w_shape, geo)
+    plan = cached(key, lambda: _backward_weights_plan(x, gy, w_shape, geo))
+    if plan is None:
+        return None
+    node.retain_inputs((0, 1))
+    return plan({L.ARG_SRC: x, L.ARG_DIFF_DST: gy})[L.ARG_DIFF_WEIGHTS],
+
+
+def _backward_weights_plan(x, gy, w_shape, geo):
+    user = {L.ARG_SRC: L.of(x), L.ARG_DIFF_DST: L.of(gy)}
+    if None in user.values():
+        return None
+    strides, dil, pad_l, pad_r = geo
+    src, diff_w, diff_dst = _mds(_plain(w_shape[2:], gy.shape, x, gy),
+                                 (x.shape, x), (w_shape, None),
+                                 (gy.shape, gy))
+    hint = _forward_pd(src, diff_w, diff_dst, geo)
+    create = L.lib.dnnl_convolution_backward_weights_primitive_desc_create
+    pd = L.PrimitiveDesc(
+        'dnnl_convolution_backward_weights_primitive_desc_create',
+        lambda pd: create(pd, L.engine, L.CONVOLUTION_DIRECT, src, diff_w,
+                          None, diff_dst, L.dims(strides), L.dims(dil),
+                          L.dims(pad_l), L.dims(pad_r), hint, None))
+    primitive = L.Primitive(pd, (L.ARG_SRC, L.ARG_DIFF_DST,
+                                 L.ARG_DIFF_WEIGHTS))
+    return Plan(primitive, user, {L.ARG_DIFF_WEIGHTS: tuple(w_shape)})

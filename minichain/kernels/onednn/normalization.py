@@ -1,0 +1,142 @@
+"""oneDNN kernels of training-mode batch normalization
+(``BatchNormalization`` and ``BatchNormalizationGrad`` in
+functions/normalization.py), on NCHW (or (N, C)) C-ordered float32.
+
+The forward fuses what ends a ResNet block where oneDNN can:
+``relu=True`` is its ``fuse_norm_relu`` flag, ``residual`` with ``relu``
+its ``fuse_norm_add_relu`` (the residual as a second source); a residual
+without relu is added by NumPy after. Like the body, the kernel leaves
+on the node the per-channel ``mean`` and ``inv_std`` that the backward
+reads, and updates the running statistics in place.
+
+Declined: other dtypes, reduced axes other than all but the channel
+axis, arrays not C-ordered.
+"""
+import numpy
+
+from minichain.kernels.onednn import _dnnl as L
+from minichain.kernels.onednn._plan import Plan, cached
+
+_SCALE_SHIFT = L.USE_SCALE | L.USE_SHIFT
+
+
+def _usable(lay, x, *others):
+    return (x.ndim in (2, 4) and lay.axes == (0,) + tuple(range(2, x.ndim))
+            and all(a.dtype == numpy.float32 and a.flags.c_contiguous
+                    for a in (x,) + others))
+
+
+def _forward_pd(shape, eps, flags):
+    md = L.plain(shape)
+    return L.PrimitiveDesc(
+        'dnnl_batch_normalization_forward_primitive_desc_create',
+        lambda pd: L.lib.dnnl_batch_normalization_forward_primitive_desc_create(
+            pd, L.engine, L.FORWARD_TRAINING, md, md, eps, flags, None))
+
+
+def batch_normalization(node, inputs):
+    x, gamma, beta = inputs[:3]
+    residual = inputs[3] if len(inputs) == 4 else None
+    others = (gamma, beta) + (() if residual is None else (residual,))
+    if not _usable(node.lay, x, *others):
+        return None
+    flags, plan = _forward_plan_for(x.shape, node.eps, residual is not None,
+                                    node.relu)
+    if plan is None:
+        return None
+    c = x.shape[1]
+    mean, var = numpy.empty(c, numpy.float32), numpy.empty(c, numpy.float32)
+    args = {L.ARG_SRC: x, L.ARG_SCALE: gamma, L.ARG_SHIFT: beta,
+            L.ARG_MEAN: mean, L.ARG_VARIANCE: var}
+    fused_add = bool(flags & L.FUSE_NORM_ADD_RELU)
+    if fused_add:
+        args[L.ARG_SRC_1] = residual
+    if flags & (L.FUSE_NORM_RELU | L.FUSE_NORM_ADD_RELU):
+        # The relu mask for oneDNN's own backward; ours reads y's sign.
+        args[L.ARG_WORKSPACE] = L.buffer(plan.md(L.ARG_WORKSPACE))
+    y = plan(args)[L.ARG_DST]
+    if residual is not None and not fused_add:
+        # In the order of the body (bn, + residual, relu): same values.
+        numpy.add(y, residual, out=y)
+        if node.relu:
+            numpy.maximum(y, numpy.float32(0), out=y)
+    node.retain_inputs((0, 1))
+    if node.relu:
+        node.retain_outputs((0,))
+    # float64 on the way, as the body's one-pass variance is not: the
+    # statistics then agree with the body's to float32 rounding.
+    node.mean = mean
+    node.inv_std = (1.0 / numpy.sqrt(var.astype(numpy.float64)
+                                     + node.eps)).astype(numpy.float32)
+    node.centered = True   # the body's backward then forms x - mean
+    if node.running_mean is not None:
+        d = node.decay
+        node.running_mean[...] = d * node.running_mean + (1 - d) * mean
+    if node.running_var is not None:
+        d, m = node.decay, node.lay.m
+        node.running_var[...] = (d * node.running_var
+                                 + (1 - d) * m / (m - 1) * var)
+    return y,
+
+
+def _forward_plan_for(shape, eps, residual, relu):
+    """(flags, plan) of the most fused forward oneDNN has for this case:
+    its add + relu fusion exists for blocked layouts only in v3.2, so on
+    NCHW the residual falls back to a plain forward finished by NumPy."""
+    choices = [_SCALE_SHIFT]
+    if residual and relu:
+        choices.insert(0, _SCALE_SHIFT | L.FUSE_NORM_ADD_RELU)
+    elif relu:
+        choices.insert(0, _SCALE_SHIFT | L.FUSE_NORM_RELU)
+    for flags in choices:
+        plan = cached(('bn', shape, float(eps), flags),
+                      lambda: _forward_plan(shape, eps, flags))
+        if plan is not None:
+            return flags, plan
+    return None, None
+
+
+def _forward_plan(shape, eps, flags):
+    pd = _forward_pd(shape, eps, flags)
+    args = [L.ARG_SRC, L.ARG_SCALE, L.ARG_SHIFT, L.ARG_MEAN, L.ARG_VARIANCE,
+            L.ARG_DST]
+    if flags & L.FUSE_NORM_ADD_RELU:
+        args.append(L.ARG_SRC_1)
+    if flags & (L.FUSE_NORM_RELU | L.FUSE_NORM_ADD_RELU):
+        args.append(L.ARG_WORKSPACE)
+    return Plan(L.Primitive(pd, tuple(args)), {}, {L.ARG_DST: shape})
+
+
+def batch_normalization_grad(node, inputs):
+    x, gamma, gy = inputs
+    if not _usable(node.lay, x, gamma, gy):
+        return None
+    plan = cached(('bn_grad', x.shape, float(node.eps)),
+                  lambda: _backward_plan(x.shape, node.eps))
+    if plan is None:
+        return None
+    node.retain_inputs((0, 1, 2))
+    # oneDNN takes the variance, the node keeps inv_std = (var + eps)^-1/2:
+    # var = inv_std^-2 - eps gives back var + eps to float32 rounding.
+    inv_std = node.inv_std.astype(numpy.float64)
+    var = (1.0 / (inv_std * inv_std) - node.eps).astype(numpy.float32)
+    mean = numpy.ascontiguousarray(node.mean, numpy.float32).reshape(-1)
+    out = plan({L.ARG_SRC: x, L.ARG_MEAN: mean, L.ARG_VARIANCE: var,
+                L.ARG_DIFF_DST: gy, L.ARG_SCALE: gamma})
+    return out[L.ARG_DIFF_SRC], out[L.ARG_DIFF_SCALE], out[L.ARG_DIFF_SHIFT]
+
+
+def _backward_plan(shape, eps):
+    hint = _forward_pd(shape, eps, _SCALE_SHIFT)
+    md = L.plain(shape)
+    create = L.lib.dnnl_batch_normalization_backward_primitive_desc_create
+    pd = L.PrimitiveDesc(
+        'dnnl_batch_normalization_backward_primitive_desc_create',
+        lambda pd: create(pd, L.engine, L.BACKWARD, md, md, md, eps,
+                          _SCALE_SHIFT, hint, None))
+    args = (L.ARG_SRC, L.ARG_MEAN, L.ARG_VARIANCE, L.ARG_DIFF_DST,
+            L.ARG_SCALE, L.ARG_DIFF_SRC, L.ARG_DIFF_SCALE, L.ARG_DIFF_SHIFT)
+    c = shape[1]
+    return Plan(L.Primitive(pd, args), {},
+                {L.ARG_DIFF_SRC: shape, L.ARG_DIFF_SCALE: (c,),
+                 L.ARG_DIFF_SHIFT: (c,)})
