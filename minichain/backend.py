@@ -148,8 +148,8 @@ def _driver_advice(cp):
     if driver <= 0:
         return ''
     return ('; the NVIDIA driver supports CUDA {} and CuPy runs CUDA {}: '
-            'update the driver, or install the GPU extra of CUDA {}: pip '
-            'install "minichain[cuda{}]"'.format(
+            'update the driver, or install CuPy for CUDA {} (in a minichain '
+            'checkout: pip install -e ".[cuda{}]")'.format(
                 _cuda_version_text(driver), _cuda_version_text(runtime),
                 driver // 1000, driver // 1000))
 

@@ -114,7 +114,7 @@ def test_cupy_whose_device_count_raises(monkeypatch, status, text, driver,
         assert 'CUDA_VISIBLE_DEVICES' not in message, message
     if driver == 12040 and status == 35:
         assert 'driver supports CUDA 12.4 and CuPy runs CUDA 13.0' in message
-        assert 'minichain[cuda12]' in message
+        assert '".[cuda12]"' in message
 
 
 def test_cupy_whose_driver_query_raises_without_a_status(monkeypatch):

@@ -19,12 +19,12 @@ from minichain import functions as F
 from minichain import kernels, using_config
 from minichain.functions import convolution as C
 from minichain.functions import normalization as N
-from minichain.functions._channels import Layout
+from minichain.functions._channel_layout import Layout
 
 onednn = pytest.importorskip('minichain.kernels.onednn')
 if not onednn.available():
     pytest.skip('oneDNN is not installed (pip install '
-                "'minichain[onednn]', Linux x86-64 only): {}".format(
+                'onednn-cpu-gomp==2023.2.0, Linux x86-64 only): {}'.format(
                     onednn._load_error), allow_module_level=True)
 
 U = float(numpy.finfo(numpy.float32).eps) / 2   # float32's unit roundoff
@@ -328,7 +328,7 @@ def test_a_missing_library(tmp_path, mode):
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith('RuntimeError: config.use_onednn is \'always\' '
                            'but oneDNN cannot be used: ')
-    assert 'libdnnl.so.3 not found' in last and "minichain[onednn]" in last
+    assert 'libdnnl.so.3 not found' in last and 'onednn-cpu-gomp' in last
 
 
 # -- a ResNet block end to end ----------------------------------------------

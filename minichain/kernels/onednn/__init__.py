@@ -53,8 +53,9 @@ def enabled():
     if mode == 'always':
         raise RuntimeError(
             "config.use_onednn is 'always' but oneDNN cannot be used: {}; "
-            "install it with pip install 'minichain[onednn]' (the "
-            "onednn-cpu-gomp wheel, Linux x86-64 only) or set "
+            "install it with pip install onednn-cpu-gomp==2023.2.0 (Linux "
+            "x86-64 only; in a minichain checkout: pip install -e "
+            "'.[onednn]') or set "
             "MINICHAIN_ONEDNN=auto".format(_load_error))
     return False
 
