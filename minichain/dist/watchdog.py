@@ -55,7 +55,7 @@ import weakref
 
 import numpy
 
-from minichain.dist import _mpi, _stall_notes
+from minichain.dist import _mpi, _shm_files, _stall_notes
 
 ENV = 'MINICHAIN_STALL_TIMEOUT'
 DEFAULT_TIMEOUT = 600.0
@@ -110,6 +110,7 @@ def abort(status):
         sys.stderr.flush()
         time.sleep(ABORT_DELAY)
     finally:
+        _shm_files.release()  # MPI_Abort skips MPICH's and Hydra's cleanup
         _mpi.import_mpi().COMM_WORLD.Abort(status)
 
 
