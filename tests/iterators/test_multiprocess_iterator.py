@@ -267,10 +267,15 @@ def test_dataset_that_cannot_be_pickled():
 
 
 def test_slow_dataset_warns_with_the_examples_being_read():
-    it = MultiprocessIterator(Slow(4, 0.5), 2, shuffle=False, n_processes=1,
-                              dataset_timeout=0.1)
-    with pytest.warns(TimeoutWarning, match=r'reading example\(s\) 0'):
+    # The first batch is quick, so the worker has started (a worker still
+    # starting reads nothing yet) when the second one is slow.
+    it = MultiprocessIterator(Slow(6, 0.5, first=2), 2, shuffle=False,
+                              n_processes=1, dataset_timeout=0.1)
+    with warnings.catch_warnings():  # the worker may take 0.1 s to start
+        warnings.simplefilter('ignore', TimeoutWarning)
         assert next(it) == [0, 1]
+    with pytest.warns(TimeoutWarning, match=r'reading example\(s\) 2'):
+        assert next(it) == [2, 3]
     it.finalize()
 
 
