@@ -389,3 +389,22 @@ def mnbn_global_batch_of_one(comm):
     if comm.size > 1:
         two = numpy.ones((1 if comm.rank < 2 else 0, 3))
         multi_node_batch_normalization(two, gamma, beta, comm)
+
+
+def mnbn_nan_refused_everywhere(comm):
+    # A NaN on the last rank's shard makes the global statistics NaN on
+    # every rank: each raises the same error and keeps its running values.
+    bn = MultiNodeBatchNormalization(3, comm, dtype=numpy.float64)
+    x = numpy.random.default_rng(comm.rank).standard_normal((2, 3, 2))
+    bn(x)
+    mean, var = bn.avg_mean.copy(), bn.avg_var.copy()
+    if comm.rank == comm.size - 1:
+        x[1, 2, 0] = numpy.nan
+    msg = _expect_error(FloatingPointError, lambda: bn(x),
+                        'MultiNodeBatchNormalization',
+                        'batch statistics are not finite (channel 2',
+                        'left as they were')
+    _same_on_every_rank(comm, msg)
+    assert numpy.array_equal(bn.avg_mean, mean)
+    assert numpy.array_equal(bn.avg_var, var)
+    bn(numpy.ones((2, 3, 2)) * comm.rank)  # the next batch is taken
