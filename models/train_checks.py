@@ -301,8 +301,8 @@ def describe_last(out):
 
 def run(trainer, comm, out):
     """``trainer.run()``; an error that one rank meets (an unreadable batch)
-    is raised on every rank, and a non-finite gradient or a snapshot that
-    cannot be written stops training with one line."""
+    is raised on every rank, and a non-finite gradient or a file that
+    cannot be written (a snapshot, a plot) stops training with one line."""
     try:
         trainer.run()
     except UserError as e:
@@ -311,7 +311,10 @@ def run(trainer, comm, out):
         raise
     except dist.NonFiniteGradientError as e:
         raise UserError('{}; {}'.format(e, describe_last(out)))
-    except OSError as e:  # a snapshot rank 0 could not write, say
+    except OSError as e:  # a snapshot or a plot rank 0 could not write
         if not getattr(e, 'raised_on_every_rank', False):
-            raise
+            try:  # the others meet it at their next collective
+                comm.raise_everywhere(e)
+            except OSError as everywhere:
+                e = everywhere
         raise UserError('{}; {}'.format(e, describe_last(out)))
