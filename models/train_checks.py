@@ -92,6 +92,39 @@ def check_args(args):
     if args.loaderjob is not None and args.loaderjob < 0:
         raise UserError('--loaderjob must be at least 0, got {}'.format(
             args.loaderjob), status=2)
+    if args.loaderjob is not None and args.loaderjob > loaderjob_limit():
+        raise UserError(
+            '--loaderjob {} is more than this machine allows: each worker '
+            'holds {} file descriptors in its rank (a training and a '
+            'validation iterator) and the open-file limit is {} (ulimit -n), '
+            'so at most {}'.format(args.loaderjob, FDS_PER_LOADER,
+                                   _open_file_limit(), loaderjob_limit()),
+            status=2)
+
+
+# File descriptors a loader worker holds in its rank: about 3 for each of
+# the two iterators (its pipe, its process sentinel, its share of the
+# shared-memory blocks), counted in /proc/self/fd; and those kept for the
+# rest (MPI, the data, the snapshots).
+FDS_PER_LOADER = 6
+FDS_RESERVED = 256
+
+
+def _open_file_limit():
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):  # not POSIX
+        return None
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def loaderjob_limit():
+    """The most ``--loaderjob`` workers a rank can open files for."""
+    limit = _open_file_limit()
+    if limit is None:
+        return math.inf
+    return max(0, (limit - FDS_RESERVED) // FDS_PER_LOADER)
 
 
 def number(text, name, low=None, high=None, low_open=False, integer=False):

@@ -153,8 +153,8 @@ def parse_args(argv=None):
     args.lr = defaults[1] if args.lr is None else args.lr
     args.warmup = defaults[2] if args.warmup is None else args.warmup
     args.stem = args.stem or defaults[3]
-    args.image_size = args.image_size or (224 if args.data == 'imagenet'
-                                          else 32)
+    if args.image_size is None:  # 0 is refused below, not replaced
+        args.image_size = 224 if args.data == 'imagenet' else 32
     train_checks.check_args(args)
     return args
 
