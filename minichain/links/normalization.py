@@ -2,6 +2,7 @@
 import contextlib
 import copy
 import numbers
+import warnings
 
 import numpy
 
@@ -20,10 +21,13 @@ __all__ = ['BatchNormalization']
 def running_statistics_guard(link):
     """Around a training step of batch normalization ``link``: when the
     update made ``avg_mean`` or ``avg_var`` inf or NaN (an input holding NaN
-    or inf), put them (and ``N``) back as they were and raise
-    FloatingPointError naming the layer. Unchecked, one bad batch turned
-    every later evaluation into NaN without a word. The check costs one
-    pass over two per-channel arrays (one synchronization on a GPU).
+    or inf), put them (and ``N``) back as they were and say so in a
+    RuntimeWarning naming the layer, once per layer. Unchecked, one bad
+    batch turned every later evaluation into NaN without a word. The step
+    itself goes on: its output is not finite either, and what to do about
+    that is the training loop's choice (the multi-node optimizer's NaN
+    check stops it). The check costs one pass over two per-channel arrays
+    (one synchronization on a GPU).
     """
     old = link.avg_mean.copy(), link.avg_var.copy(), link.N
     yield
@@ -35,12 +39,16 @@ def running_statistics_guard(link):
     mean = float(link.avg_mean.ravel()[channel])
     var = float(link.avg_var.ravel()[channel])
     link.avg_mean[...], link.avg_var[...], link.N = old
-    raise FloatingPointError(
+    if getattr(link, '_warned_not_finite', False):
+        return
+    link._warned_not_finite = True
+    warnings.warn(
         '{} {!r}: the batch statistics are not finite (channel {}: mean {}, '
-        'variance {}; {} of {} channels): the input holds NaN or inf. '
-        'avg_mean and avg_var are left as they were'.format(
-            type(link).__name__, link.name, channel, mean, var,
-            int((~finite).sum()), finite.size))
+        'variance {}; {} of {} channels): the input holds NaN or inf; '
+        'avg_mean and avg_var were left as they were (said once per '
+        'layer)'.format(type(link).__name__, link.name, channel, mean, var,
+                        int((~finite).sum()), finite.size),
+        RuntimeWarning, stacklevel=4)
 
 
 class BatchNormalization(Link):
