@@ -68,14 +68,9 @@ TIME_BUDGET = 13.0
 OVERLAP_BY_DEVICE = {'cpu': True, 'gpu': True}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, no usage block
-        raise UserError(message, status=2)
-
-
 def parse_args(argv=None):
     """Parse and check the command line (same result on every rank)."""
-    p = _Parser(prog=PROG, description=__doc__.split('\n')[0])
+    p = train_checks.Parser(prog=PROG, description=__doc__.split('\n')[0])
     a = p.add_argument
     a('--data', choices=('fashion-mnist', 'imagenet', 'synthetic'),
       default='fashion-mnist')
