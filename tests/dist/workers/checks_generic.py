@@ -152,6 +152,12 @@ def scatter_dataset(comm):
     items = dist.scatter_dataset(['a', 'b', 'c'] if comm.rank == 0 else None,
                                  comm, force_equal_length=False)
     assert isinstance(items, list)
+    # None on the root: said on every rank (was len()'s TypeError on the
+    # root alone)
+    msg = _expect_error(TypeError, lambda: dist.scatter_dataset(None, comm),
+                        'scatter_dataset: the dataset on rank 0 (the root) '
+                        'is None')
+    _same_on_every_rank(comm, msg)
 
 
 def scatter_index(comm):
