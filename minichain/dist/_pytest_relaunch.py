@@ -57,7 +57,7 @@ def abort_job():
     if MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized():
         sys.stdout.flush()
         sys.stderr.flush()
-        _shm_files.release()  # MPI_Abort skips MPICH's and Hydra's cleanup
+        _shm_files.before_abort()  # what MPI_Abort skips
         MPI.COMM_WORLD.Abort(1)
 
 

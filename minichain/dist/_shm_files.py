@@ -21,8 +21,16 @@ removals at a normal exit then find nothing to remove, which both ignore.
 Only files that this process has mapped, or that its parent proxy holds
 open, are touched: other jobs' files on the same machine are left alone.
 Other MPIs (Open MPI, Slurm's PMI) are left as they are: nothing matches.
+
+An abort also skips Python's own exit, which removes multiprocessing's
+temporary folder (``pymp-*`` in the temp dir, which holds the socket of a
+MultiprocessIterator's forkserver): :func:`before_abort` removes it too.
+A rank killed by the launcher because another rank aborted cannot, unless
+it was aborting as well (both ranks meet the same error).
 """
 import os
+import shutil
+import sys
 
 SEGMENT_PREFIX = '/dev/shm/mpich_shm_'
 HWLOC_PREFIX = 'hydra_hwloc_xmlfile_'
@@ -92,3 +100,15 @@ def release_after_init(mpi_comm, world):
         return
     _state['released'] = True
     release()
+
+
+def before_abort():
+    """What ``MPI_Abort`` skips: :func:`release`, and multiprocessing's
+    temporary folder of this process (when multiprocessing is in use)."""
+    release()
+    util = sys.modules.get('multiprocessing.util')
+    if util is not None:
+        try:  # get_temp_dir creates the folder if none yet: removed anyway
+            shutil.rmtree(util.get_temp_dir(), ignore_errors=True)
+        except OSError:
+            pass

@@ -118,9 +118,11 @@ def abort(status):
     try:
         sys.stdout.flush()
         sys.stderr.flush()
+        # What MPI_Abort skips; before the pause, since a rank that aborts
+        # at the same time may kill this one meanwhile.
+        _shm_files.before_abort()
         time.sleep(ABORT_DELAY)
     finally:
-        _shm_files.release()  # MPI_Abort skips MPICH's and Hydra's cleanup
         _mpi.import_mpi().COMM_WORLD.Abort(status)
 
 

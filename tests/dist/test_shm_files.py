@@ -21,8 +21,7 @@ def _named_files(folder):
 @pytest.mark.mpi
 @pytest.mark.parametrize('how, status', [
     ('normal', 0), ('raise', 1), ('stall', 70), ('kill', None)])
-def test_no_mpich_files_are_left_however_the_job_ends(how, status,
-                                                     tmp_path):
+def test_no_mpich_files_are_left_however_the_job_ends(how, status, tmp_path):
     require_mpi()
     if launcher.flavor() != 'mpich':
         pytest.skip('the files are MPICH\'s and Hydra\'s; this launcher is '

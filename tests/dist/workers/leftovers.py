@@ -1,8 +1,8 @@
-"""A job that ends in one of several ways, after naming MPICH's and Hydra's
-files of this rank in argv[2]/files<rank>.json (read from /proc, independently of
-minichain's own lookup). argv[1] is 'normal', 'raise' (rank 1 raises: the abort hook),
-'stall' (rank 1 sleeps: the watchdog aborts) or 'kill' (rank 1 SIGKILLs
-itself: the launcher ends the job)."""
+"""A job that ends in one of several ways, after naming MPICH's and
+Hydra's files of this rank in argv[2]/files<rank>.json (read from /proc,
+independently of minichain's own lookup). argv[1] is 'normal', 'raise'
+(rank 1 raises: the abort hook), 'stall' (rank 1 sleeps: the watchdog
+aborts) or 'kill' (rank 1 SIGKILLs itself: the launcher ends the job)."""
 import json
 import os
 import signal
@@ -17,7 +17,8 @@ from minichain import dist
 
 def files_of_this_rank():
     with open('/proc/self/maps') as f:
-        found = {line.split()[-1] for line in f if '/dev/shm/mpich_shm_' in line}
+        found = {line.split()[-1] for line in f
+                 if '/dev/shm/mpich_shm_' in line}
     fd_dir = '/proc/{}/fd'.format(os.getppid())
     for fd in os.listdir(fd_dir):
         try:
