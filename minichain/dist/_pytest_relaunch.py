@@ -59,6 +59,7 @@ def abort_job():
         sys.stderr.flush()
         _shm_files.before_abort()  # what MPI_Abort skips
         MPI.COMM_WORLD.Abort(1)
+        os._exit(1)  # MPICH returns when another rank's abort ends the job
 
 
 def _save_json(path, obj):

@@ -124,6 +124,10 @@ def abort(status):
         time.sleep(ABORT_DELAY)
     finally:
         _mpi.import_mpi().COMM_WORLD.Abort(status)
+        # MPICH returns when another rank's abort is already ending the job;
+        # this process ends here too, as MPI_Abort would have ended it (its
+        # Python exit would redo the cleanup above and fail on it).
+        os._exit(status)
 
 
 def note_uncaught(exc_type):

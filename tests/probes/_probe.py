@@ -1,7 +1,8 @@
 """Run a command as a user would, and see what it leaves behind.
 
 :func:`probe` runs it in a subprocess (under ``python -m
-minichain.dist.launcher -n N`` for N ranks) with a temp dir of its own and
+minichain.dist.launcher -n N`` for N ranks) with a temp dir of its own
+(``TMPDIR``, removed afterwards) and
 ``_site/sitecustomize.py`` in every Python process of the job, which notes
 the shared-memory files the processes map and Hydra's topology file. The
 :class:`Outcome` holds the exit status, the output, the lines that say
@@ -10,9 +11,12 @@ the noted files that still exist afterwards.
 """
 import collections
 import os
+import pathlib
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
@@ -27,14 +31,28 @@ def probe(tmp_path, args, ranks=0, env=None, timeout=120):
     """Run ``python args...`` (on ``ranks`` ranks when given) from the
     repository root; returns an Outcome. A job still running at
     ``timeout`` is killed (and the calling test fails on it)."""
-    tmp = tmp_path / 'probe-tmp'
+    # The job's temp dir, short: a forkserver's socket lives in it, and
+    # AF_UNIX paths end at 107 bytes (pytest's tmp_path can be longer).
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix='probe-', dir='/tmp' if
+                                        os.path.isdir('/tmp') else None))
     record = tmp_path / 'probe-record'
-    for folder in (tmp, record):
-        folder.mkdir(exist_ok=True)
+    record.mkdir(exist_ok=True)
+    try:
+        return _run(cmd_of(args, ranks), env, timeout, tmp, record)
+    finally:
+        shutil.rmtree(str(tmp), ignore_errors=True)
+
+
+def cmd_of(args, ranks):
+    """``python args...``, under the launcher for ``ranks`` ranks."""
     cmd = [sys.executable] + [str(a) for a in args]
     if ranks:
         cmd = [sys.executable, '-m', 'minichain.dist.launcher', '-n',
                str(ranks)] + cmd
+    return cmd
+
+
+def _run(cmd, env, timeout, tmp, record):
     path = os.pathsep.join([SITE, ROOT] + [
         p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p])
     full = dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=path,
