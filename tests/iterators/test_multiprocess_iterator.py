@@ -2,9 +2,11 @@
 import gc
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import warnings
@@ -349,9 +351,14 @@ def test_no_process_left_after_the_program_ends(tmp_path, how):
     slow = how.startswith('SIG')
     script.write_text(textwrap.dedent(SCRIPT.format(
         root=ROOT, first=2 if slow else 100, how='signal' if slow else how)))
+    # A temp dir of its own: a program killed by a signal cannot remove
+    # multiprocessing's folder there (the forkserver's socket). Short, as
+    # AF_UNIX paths are.
+    tmp = tempfile.mkdtemp(prefix='mpi-iter-', dir='/tmp' if os.path.isdir(
+        '/tmp') else None)
     proc = subprocess.Popen([sys.executable, str(script)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, env=dict(os.environ, TMPDIR=tmp))
     try:
         pids = [int(p) for p in proc.stdout.readline().split()]
         if slow:
@@ -360,6 +367,7 @@ def test_no_process_left_after_the_program_ends(tmp_path, how):
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
     assert len(pids) == 3, err
     assert gone(pids), 'still running: {}'.format(
         [p for p in pids if os.path.exists('/proc/{}'.format(p))])
