@@ -261,12 +261,18 @@ class Variable:
         intermediate variable's gradient is recomputed by each call.
 
         Raises:
+            TypeError: this variable is not floating point.
             ValueError: this variable has more than one element and no
                 gradient was set (``y.grad = ...``) before the call.
             RuntimeError: the graph was freed by an earlier backward.
         """
         if self._node.creator is None:
             return
+        if self._data.dtype.kind not in 'fc':
+            raise TypeError(
+                'Variable.backward: variable {} has dtype {}: integers and '
+                'booleans cannot be differentiated (only floating-point '
+                'Variables have gradients)'.format(self._label(), self.dtype))
         if self._grad_var is None:
             if self._data.size != 1:
                 raise ValueError(

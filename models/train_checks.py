@@ -7,6 +7,7 @@ that wrote the snapshot; a parameter that is inf or NaN stops training
 before it reaches a snapshot. Every failure is a :class:`UserError`: one
 line on stderr, printed by rank 0 once every rank has it (:func:`agree`).
 """
+import argparse
 import json
 import math
 import os
@@ -35,6 +36,14 @@ class UserError(Exception):
     def __init__(self, message, status=1):
         super().__init__(' '.join(str(message).split()))
         self.status = status
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one-line UserErrors (status 2),
+    printed by rank 0 alone, without the usage block."""
+
+    def error(self, message):
+        raise UserError(message, status=2)
 
 
 def agree(comm, fn, *args):
@@ -68,10 +77,11 @@ def launcher_rank():
 
 # -- options ------------------------------------------------------------------
 def check_args(args):
-    """Refuse option values out of range (the same on every rank)."""
+    """Refuse option values out of range (the same on every rank); options
+    a script does not have are skipped (train_resnet50.py, train_mnist.py)."""
     for name in ('batchsize', 'val_batchsize', 'iteration', 'train_subset',
-                 'val_subset', 'image_size', 'keep'):
-        value = getattr(args, name)
+                 'val_subset', 'image_size', 'keep', 'unit'):
+        value = getattr(args, name, None)
         if value is not None and value < 1:
             raise UserError('--{} must be at least 1, got {}'.format(
                 name.replace('_', '-'), value), status=2)
@@ -82,16 +92,51 @@ def check_args(args):
             'warmup': (0, None, False), 'momentum': (0, 1, False),
             'weight_decay': (0, None, False),
             'bucket_mb': (0, None, True)}.items():
-        value = getattr(args, name)
+        value = getattr(args, name, None)
         if value is not None:
             number(value, name.replace('_', '-'), low, high, low_open)
     number(args.seed, 'seed', 0, 2 ** 32, integer=True)
-    if args.epoch is not None and args.epoch > 10 ** 6:
+    epoch = getattr(args, 'epoch', None)
+    if epoch is not None and epoch > 10 ** 6:
         raise UserError('--epoch {} is more than a million epochs'.format(
-            args.epoch), status=2)
-    if args.loaderjob is not None and args.loaderjob < 0:
+            epoch), status=2)
+    jobs = getattr(args, 'loaderjob', None)
+    if jobs is not None and jobs < 0:
         raise UserError('--loaderjob must be at least 0, got {}'.format(
-            args.loaderjob), status=2)
+            jobs), status=2)
+    if jobs is not None and jobs > loaderjob_limit():
+        raise UserError(
+            '--loaderjob {} is more than this machine allows: each worker '
+            'holds {} file descriptors in its rank (a training and a '
+            'validation iterator) and the open-file limit is {} (ulimit -n), '
+            'so at most {}'.format(jobs, FDS_PER_LOADER,
+                                   _open_file_limit(), loaderjob_limit()),
+            status=2)
+
+
+# File descriptors a loader worker holds in its rank: about 3 for each of
+# the two iterators (its pipe, its process sentinel, its share of the
+# shared-memory blocks), counted in /proc/self/fd; and those kept for the
+# rest (MPI, the data, the snapshots).
+FDS_PER_LOADER = 6
+FDS_RESERVED = 256
+
+
+def _open_file_limit():
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):  # not POSIX
+        return None
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def loaderjob_limit():
+    """The most ``--loaderjob`` workers a rank can open files for."""
+    limit = _open_file_limit()
+    if limit is None:
+        return math.inf
+    return max(0, (limit - FDS_RESERVED) // FDS_PER_LOADER)
 
 
 def number(text, name, low=None, high=None, low_open=False, integer=False):
@@ -301,8 +346,8 @@ def describe_last(out):
 
 def run(trainer, comm, out):
     """``trainer.run()``; an error that one rank meets (an unreadable batch)
-    is raised on every rank, and a non-finite gradient or a snapshot that
-    cannot be written stops training with one line."""
+    is raised on every rank, and a non-finite gradient or a file that
+    cannot be written (a snapshot, a plot) stops training with one line."""
     try:
         trainer.run()
     except UserError as e:
@@ -311,7 +356,10 @@ def run(trainer, comm, out):
         raise
     except dist.NonFiniteGradientError as e:
         raise UserError('{}; {}'.format(e, describe_last(out)))
-    except OSError as e:  # a snapshot rank 0 could not write, say
+    except OSError as e:  # a snapshot or a plot rank 0 could not write
         if not getattr(e, 'raised_on_every_rank', False):
-            raise
+            try:  # the others meet it at their next collective
+                comm.raise_everywhere(e)
+            except OSError as everywhere:
+                e = everywhere
         raise UserError('{}; {}'.format(e, describe_last(out)))

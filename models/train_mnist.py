@@ -15,17 +15,28 @@ also in between, so that a job killed by its batch system loses at most
 that much). The IDX files are read from --data-dir,
 $MINICHAIN_DATASET_ROOT or /usr/share/datasets/fashion-mnist (see
 minichain.datasets.get_fashion_mnist). With --device gpu and no
---communicator, pure_nccl is used when NCCL works, else flat.
+--communicator, pure_nccl is used when NCCL works, else flat. Bad options,
+an unusable --out or --device, missing data or a batch larger than a rank's
+share of it end every rank with one line, through the same checks as
+train_resnet50.py (models/train_checks.py).
 """
-import argparse
+import os
 import sys
 
-import minichain
-from minichain import dist, initializers
-from minichain import functions as F
-from minichain import links as L
-from minichain import training
-from minichain.training import extensions
+if __package__ in (None, ''):  # run as a file: the checks are in models/
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
+        __file__))))
+
+import minichain  # noqa: E402
+from minichain import dist, initializers  # noqa: E402
+from minichain import functions as F  # noqa: E402
+from minichain import links as L  # noqa: E402
+from minichain import training  # noqa: E402
+from minichain.training import extensions  # noqa: E402
+from models import train_checks, train_data  # noqa: E402
+from models.train_checks import UserError, agree, on_root  # noqa: E402
+
+PROG = 'train_mnist.py'
 
 
 class MLP(minichain.Chain):
@@ -50,8 +61,9 @@ class MLP(minichain.Chain):
 
 
 def parse_args(argv=None):
-    """The command line (the same on every rank)."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    """The command line (the same on every rank), checked as
+    train_resnet50.py's (UserError: one line)."""
+    p = train_checks.Parser(prog=PROG, description=__doc__.split('\n')[0])
     a = p.add_argument
     a('--batchsize', '-b', type=int, default=100,
       help='images per rank and iteration')
@@ -78,10 +90,10 @@ def parse_args(argv=None):
     a('--resume', '-r', help='a snapshot written by this script, with the '
       'same number of processes')
     args = p.parse_args(argv)
-    if args.batchsize < 1 or args.unit < 1 or not args.epoch > 0:
-        p.error('--batchsize, --unit and --epoch must be positive')
+    train_checks.check_args(args)
     if args.snapshot_interval < 0:
-        p.error('--snapshot-interval must not be negative')
+        p.error('--snapshot-interval must be at least 0, got {}'.format(
+            args.snapshot_interval))
     return args
 
 
@@ -104,30 +116,48 @@ def device_spec(spec, comm):
     return spec
 
 
-def load_on_root(comm, data_dir):
-    """``(train, test)`` on rank 0, ``(None, None)`` elsewhere. A missing or
-    corrupt file ends every rank with rank 0's message (SystemExit(1))."""
-    data, error = (None, None), None
-    if comm.rank == 0:
-        try:
-            data = minichain.datasets.get_fashion_mnist(data_dir=data_dir)
-        except (OSError, ValueError) as e:
-            error = str(e)
-    error = comm.bcast_obj(error, 0)
-    if error is not None:
-        if comm.rank == 0:
-            print('train_mnist.py: error: ' + error, file=sys.stderr)
-        raise SystemExit(1)
-    return data
+def get_device(spec, comm):
+    """This rank's device, made current; UserError naming ``--device``."""
+    try:
+        device = minichain.get_device(device_spec(spec, comm))
+        device.use()
+    except (ValueError, TypeError, RuntimeError, ImportError) as e:
+        raise UserError('--device {}: {}'.format(spec, e), status=2)
+    return device
+
+
+def load(data_dir):
+    """``(train, test)``; UserError naming a missing or corrupt file."""
+    try:
+        return minichain.datasets.get_fashion_mnist(data_dir=data_dir)
+    except (OSError, ValueError) as e:
+        raise UserError(e)
 
 
 def main(argv=None):
-    """Train; returns the trainer (rank 0's holds the log)."""
-    args = parse_args(argv)
-    comm = dist.create_communicator(
-        args.communicator or ('auto' if uses_gpu(args.device) else 'flat'))
-    device = minichain.get_device(device_spec(args.device, comm))
-    device.use()
+    """Train; returns the trainer (rank 0's holds the log). Bad input ends
+    every rank with SystemExit(status) after rank 0 prints one line."""
+    rank = train_checks.launcher_rank()
+    try:
+        args = parse_args(argv)
+        try:
+            comm = dist.create_communicator(args.communicator or (
+                'auto' if uses_gpu(args.device) else 'flat'))
+        except (ImportError, ValueError, RuntimeError) as e:
+            raise UserError(e)
+        rank = comm.rank
+        return train(args, comm)
+    except UserError as e:  # raised on every rank alike (see agree)
+        if rank == 0:
+            sys.stderr.write('{}: error: {}\n'.format(PROG, e))
+            sys.stderr.flush()
+        raise SystemExit(e.status)
+
+
+def train(args, comm):
+    """Train on every rank; returns the trainer."""
+    on_root(comm, train_checks.check_out, args.out)
+    device = agree(comm, get_device, args.device, comm)
 
     if comm.rank == 0:
         print('{} process(es), {}, device {}, {} units, batch {} per rank, '
@@ -145,9 +175,12 @@ def main(argv=None):
     # Rank 0 reads the whole set and sends each rank its shard. The test set
     # is split without repeats, so the multi-node evaluator's means are
     # exactly those of one process evaluating all of it.
-    train, test = load_on_root(comm, args.data_dir)
+    train, test = on_root(comm, load, args.data_dir) or (None, None)
     train = dist.scatter_dataset(train, comm, shuffle=True, seed=args.seed)
     test = dist.scatter_dataset(test, comm, force_equal_length=False)
+    # A batch larger than the shard would make each iteration several
+    # epochs (-b 100000 --epoch 0.05 trained 3.3 epochs).
+    agree(comm, train_data.check_shard, args, len(train), comm.size)
 
     train_iter = minichain.iterators.SerialIterator(train, args.batchsize,
                                                     seed=args.seed)
@@ -181,9 +214,7 @@ def main(argv=None):
         try:
             snap.load(args.resume, trainer)
         except ValueError as e:  # raised on every rank alike
-            if comm.rank == 0:
-                print('train_mnist.py: error: {}'.format(e), file=sys.stderr)
-            raise SystemExit(1)
+            raise UserError(e)
 
     trainer.run()
     return trainer

@@ -73,14 +73,9 @@ TIME_BUDGET = 13.0
 OVERLAP_BY_DEVICE = {'cpu': True, 'gpu': True}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, no usage block
-        raise UserError(message, status=2)
-
-
 def parse_args(argv=None):
     """Parse and check the command line (same result on every rank)."""
-    p = _Parser(prog=PROG, description=__doc__.split('\n')[0])
+    p = train_checks.Parser(prog=PROG, description=__doc__.split('\n')[0])
     a = p.add_argument
     a('--data', choices=('fashion-mnist', 'imagenet', 'synthetic'),
       default='fashion-mnist')
@@ -158,8 +153,8 @@ def parse_args(argv=None):
     args.lr = defaults[1] if args.lr is None else args.lr
     args.warmup = defaults[2] if args.warmup is None else args.warmup
     args.stem = args.stem or defaults[3]
-    args.image_size = args.image_size or (224 if args.data == 'imagenet'
-                                          else 32)
+    if args.image_size is None:  # 0 is refused below, not replaced
+        args.image_size = 224 if args.data == 'imagenet' else 32
     train_checks.check_args(args)
     return args
 

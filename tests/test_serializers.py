@@ -406,3 +406,13 @@ def test_npz_deserializer_children_and_skip():
     s['ext']['a'].skip()
     assert s.unused_keys() == ['ext/b/x', 'ext/leaf', 'other']
     assert serializers.Deserializer().children() == []
+
+
+def test_save_npz_into_a_missing_folder_names_the_file(tmp_path):
+    # It named the hidden temporary, '.x.npz.<pid>.<hex>.tmp'.
+    path = tmp_path / 'nope' / 'x.npz'
+    with pytest.raises(FileNotFoundError) as e:
+        serializers.save_npz(str(path), L.Linear(2, 3))
+    assert e.value.filename == str(path) and '.tmp' not in str(e.value)
+    assert str(e.value) == "[Errno 2] No such file or directory: '{}'".format(
+        path)

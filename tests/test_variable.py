@@ -221,3 +221,15 @@ def test_variable_and_parameter_gpu_round_trip():
     p.initialize((2,))  # lazy data goes where the parameter lives
     assert isinstance(p.array, cupy.ndarray)
     assert 'shape=(2,)' in repr(p)
+
+
+@pytest.mark.parametrize('dtype', [numpy.int32, numpy.bool_])
+def test_backward_from_an_integer_variable_says_integers_have_no_gradient(
+        dtype):
+    # It used to fail inside Sum.backward on 'int64 vs int32'.
+    v = Variable(numpy.array([1, 0, 1], dtype), name='v')
+    y = F.sum(v * 1)
+    with pytest.raises(TypeError, match='Variable.backward: variable .* has '
+                       'dtype int64: integers and booleans cannot be '
+                       'differentiated'):
+        y.backward()

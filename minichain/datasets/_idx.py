@@ -103,6 +103,30 @@ def _locate(caller, title, directories, how_to_get):
             caller, title, ', '.join(names), where, how_to_get))
 
 
+def _check_labels(caller, title, label_path, labels):
+    """ValueError naming the file, the first bad label and its index unless
+    every label is a whole number from 0 to 9. An IDX file may store floats:
+    checked before any cast, since ``astype(int32)`` truncates 9.99 to 9,
+    -0.7 to 0 and NaN to -2**31 without a word."""
+    if labels.dtype.kind == 'f':
+        bad = numpy.flatnonzero(~numpy.isfinite(labels) |
+                                (labels != numpy.floor(labels)))
+        if bad.size:
+            raise ValueError(
+                '{}: {} holds label {} at index {} ({} labels not whole '
+                'numbers); {} labels are 0 to {}'.format(
+                    caller, label_path, str(labels[bad[0]]), int(bad[0]),
+                    bad.size, title, N_CLASSES - 1))
+    bad = numpy.flatnonzero((labels < 0) | (labels >= N_CLASSES))
+    if bad.size:
+        value = labels[bad[0]]  # str(): 12.0 for a float, not np.float32(12)
+        value = int(value) if labels.dtype.kind in 'iu' else str(value)
+        raise ValueError('{}: {} holds label {} at index {} ({} labels out of '
+                         'range); {} labels are 0 to {}'.format(
+                             caller, label_path, value, int(bad[0]),
+                             bad.size, title, N_CLASSES - 1))
+
+
 def _load_split(caller, title, paths, ndim, scale, dtype, label_dtype,
                 rgb_format):
     image_path, label_path = paths
@@ -118,12 +142,7 @@ def _load_split(caller, title, paths, ndim, scale, dtype, label_dtype,
     if len(images) != len(labels):
         raise ValueError('{}: {} has {} images but {} has {} labels'.format(
             caller, image_path, len(images), label_path, len(labels)))
-    bad = numpy.flatnonzero((labels < 0) | (labels >= N_CLASSES))
-    if bad.size:
-        raise ValueError('{}: {} holds label {} at index {} ({} labels out of '
-                         'range); {} labels are 0 to {}'.format(
-                             caller, label_path, int(labels[bad[0]]),
-                             int(bad[0]), bad.size, title, N_CLASSES - 1))
+    _check_labels(caller, title, label_path, labels)
     n, rows, cols = images.shape
     shape = {1: (n, rows * cols), 2: (n, rows, cols), 3: (n, 1, rows, cols)}
     images = images.reshape(shape[ndim]).astype(dtype)
@@ -151,9 +170,9 @@ def load_idx_dataset(caller, title, directories, how_to_get, withlabel=True,
     Raises:
         FileNotFoundError: no directory has the four files (the message
             lists where it looked, then ``how_to_get``).
-        ValueError: a corrupt file (named), a label outside 0-9 (named,
-            with its index), ``ndim`` not 1, 2 or 3, or ``rgb_format``
-            without ``ndim=3``.
+        ValueError: a corrupt file (named), a label outside 0-9 or not a
+            whole number (named, with its index), ``ndim`` not 1, 2 or 3,
+            or ``rgb_format`` without ``ndim=3``.
     """
     if ndim not in (1, 2, 3):
         raise ValueError('{}: ndim must be 1, 2 or 3, got {}'.format(caller,

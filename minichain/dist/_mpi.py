@@ -6,7 +6,9 @@ MPI), and byte messages of any size: MPI counts are C ints, so a message of
 use mpi4py's buffer methods only (``Bcast``, ``Allreduce``, ``Send``,
 ``Recv``), which a :class:`~minichain.dist.watchdog.Wire` mirrors.
 """
+import os
 import pickle
+import sys
 
 import numpy
 
@@ -42,7 +44,16 @@ TAG_TEST_ACK = 2              # pytest plugin: rank 0's combined outcome
 
 
 def import_mpi():
-    """Return ``mpi4py.MPI``, or raise ImportError saying how to install it."""
+    """Return ``mpi4py.MPI``, or raise ImportError saying how to install it.
+
+    In a child of ``multiprocessing`` that is re-running the main module
+    (a MultiprocessIterator's worker or forkserver, started with 'spawn' or
+    'forkserver', in a script without ``if __name__ == '__main__':``), it
+    ends that child with one line saying so: importing mpi4py there would
+    start MPI with the rank's launcher settings, which fails with MPICH's
+    ``PMI_Init returned -1`` and takes the worker down without a hint.
+    """
+    _refuse_in_a_child_reimporting_main()
     try:
         from mpi4py import MPI
     except ImportError as e:
@@ -51,6 +62,26 @@ def import_mpi():
         raise ImportError('{} (mpi4py is installed but could not load an MPI '
                           'library: {})'.format(INSTALL_HINT, e)) from e
     return MPI
+
+
+def _refuse_in_a_child_reimporting_main():
+    # multiprocessing's spawn and forkserver run the parent's main script
+    # under the name '__mp_main__' in the child (the parent's own
+    # sys.modules['__mp_main__'] is its '__main__').
+    main = sys.modules.get('__mp_main__')
+    if getattr(main, '__name__', None) != '__mp_main__':
+        return
+    # One line and SystemExit, not an exception: a traceback from inside the
+    # child's bootstrap would hide the line that matters, and a forkserver's
+    # child leaves through os._exit without printing SystemExit's message.
+    sys.stderr.write(
+        'minichain.dist: error: MPI started again in a multiprocessing child '
+        '(pid {}) that is re-running the main module {}: put the script\'s '
+        "code under if __name__ == '__main__': (MultiprocessIterator's "
+        'workers import the main module)\n'.format(
+            os.getpid(), getattr(main, '__file__', '?')))
+    sys.stderr.flush()
+    raise SystemExit(1)
 
 
 def chunks(n_items, itemsize):

@@ -29,6 +29,7 @@ import traceback
 import pytest
 
 from minichain.dist import _pytest_reports as reports
+from minichain.dist import _shm_files
 from minichain.dist import launcher
 
 ENV_JOB = 'MINICHAIN_PYTEST_JOB'
@@ -56,7 +57,9 @@ def abort_job():
     if MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized():
         sys.stdout.flush()
         sys.stderr.flush()
+        _shm_files.before_abort()  # what MPI_Abort skips
         MPI.COMM_WORLD.Abort(1)
+        os._exit(1)  # MPICH returns when another rank's abort ends the job
 
 
 def _save_json(path, obj):

@@ -99,6 +99,31 @@ def report(wire, waited, conclusion):
     return lines + _hints(mine['what'], wire.peers)
 
 
+def warning(wire, waited):
+    """One line for a rank still waiting after ``waited`` seconds: its
+    wait, and each rank it waits for with what that rank was last seen
+    doing (the ranks already waiting with it in the same collective are
+    left out)."""
+    mine = wire.waiting
+    if mine['collective']:
+        ranks = [r for r in range(wire.size) if r != wire.rank
+                 and not _waits_with(wire.peers.get(r), mine)]
+    else:
+        ranks = [mine['peer']] if mine['peer'] is not None else []
+    where = (' (collective #{} of the {} communicator)'.format(
+        mine['seq'], wire.label) if mine['collective'] else '')
+    return 'rank {} has waited {:.0f} s {}{}{}, for {}'.format(
+        wire.rank, waited, 'in ' if mine['collective'] else 'to ',
+        mine['what'], where, '; '.join(
+            _peer_line(r, wire.elsewhere.get(r, wire.peers.get(r)),
+                       wire.joined) for r in ranks) or 'no rank')
+
+
+def _waits_with(note, mine):
+    return (note is not None and note['state'] == 'waiting'
+            and note['collective'] and note['seq'] == mine['seq'])
+
+
 def _peer_line(r, note, joined):
     if note is None or note['state'] == 'done':
         seen = ('it joined collective #{} with the others'.format(joined)

@@ -36,6 +36,7 @@ from minichain.functions import (broadcast_to, fixed_batch_normalization,
 from minichain.functions._check import check_float, unwrap
 from minichain.functions.normalization import then_add_relu
 from minichain.links import BatchNormalization
+from minichain.links.normalization import running_statistics_guard
 from minichain.variable import Variable
 
 __all__ = ['MultiNodeBatchNormalization', 'multi_node_batch_normalization',
@@ -262,15 +263,17 @@ class MultiNodeBatchNormalization(BatchNormalization):
             self.avg_mean.shape, dtype=self._dtype)
         beta = self.beta if self.beta is not None else xp.zeros(
             self.avg_mean.shape, dtype=self._dtype)
-        if finetune:
-            self.N += 1
-            decay = 1.0 - 1.0 / self.N
-        else:
-            decay = self.decay
-        return then_add_relu(multi_node_batch_normalization(
-            x, gamma, beta, self.comm, eps=self.eps,
-            running_mean=self.avg_mean, running_var=self.avg_var,
-            decay=decay, axis=self.axis), residual, relu)
+        with running_statistics_guard(self):  # the same on every rank
+            if finetune:
+                self.N += 1
+                decay = 1.0 - 1.0 / self.N
+            else:
+                decay = self.decay
+            y = multi_node_batch_normalization(
+                x, gamma, beta, self.comm, eps=self.eps,
+                running_mean=self.avg_mean, running_var=self.avg_var,
+                decay=decay, axis=self.axis)
+        return then_add_relu(y, residual, relu)
 
     def __deepcopy__(self, memo):
         # The communicator (MPI handles) is shared, never copied.

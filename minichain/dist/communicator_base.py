@@ -9,7 +9,8 @@ collective opens with the header of :mod:`minichain.dist.agreement`.
 import numpy
 
 from minichain import backend
-from minichain.dist import _mpi, agreement, safety, timeline, watchdog
+from minichain.dist import (_mpi, _shm_files, agreement, safety, timeline,
+                            watchdog)
 from minichain.dist._collectives import CollectivesMixin
 
 
@@ -47,6 +48,7 @@ class CommunicatorBase(CollectivesMixin):
             self).__name__)
         self._buckets = None  # the Wire of overlapped buckets, when needed
         self._init_ranks(MPI.Get_processor_name())
+        _shm_files.release_after_init(self.mpi_comm, MPI.COMM_WORLD)
         safety.install_abort_hook()
         timeline.start_from_env(self)
 

@@ -75,8 +75,11 @@ def scatter_index(n, comm, root=0, shuffle=False, seed=None,
 def _root_shards(comm, root, n, shuffle, seed, force_equal_length):
     """The shards on ``root`` (None elsewhere), after the header: an error
     on ``root`` (no examples) is raised on every rank."""
-    shards = (attempt(_all_shards, n, comm.size, shuffle, seed,
-                      force_equal_length) if comm.rank == root else None)
+    if isinstance(n, Failure):  # scatter_dataset's dataset on the root
+        shards = n
+    else:
+        shards = (attempt(_all_shards, n, comm.size, shuffle, seed,
+                          force_equal_length) if comm.rank == root else None)
     comm._header(shards if isinstance(shards, Failure) else root)
     return shards
 
@@ -107,8 +110,7 @@ def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None,
         This rank's shard: an array, a tuple of arrays, or a list.
     """
     with comm._wire.collective('scatter_dataset'):
-        n = (len(dataset[0]) if _is_columns(dataset) else len(dataset)) \
-            if comm.rank == root else None
+        n = attempt(_length, dataset, root) if comm.rank == root else None
         shards = _root_shards(comm, root, n, shuffle, seed,
                               force_equal_length)
         if comm.rank == root:
@@ -118,6 +120,17 @@ def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None,
                                   tag=_mpi.TAG_SCATTER_DATASET)
             return _take(dataset, shards[root])
         return comm.recv_obj(root, tag=_mpi.TAG_SCATTER_DATASET)
+
+
+def _length(dataset, root):
+    if dataset is None or not hasattr(dataset, '__len__'):
+        raise TypeError(
+            'scatter_dataset: the dataset on rank {} (the root) is {}, not '
+            'an array, a tuple of arrays or a sequence; the root holds the '
+            'dataset (the other ranks may pass None)'.format(
+                root, 'None' if dataset is None else
+                'a ' + type(dataset).__name__))
+    return len(dataset[0]) if _is_columns(dataset) else len(dataset)
 
 
 def _is_columns(dataset):

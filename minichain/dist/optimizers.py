@@ -113,9 +113,19 @@ class _MultiNodeOptimizer:
         to step). Collective: every rank calls it, after ``setup`` and once
         every parameter is initialized (a lazy layer after a forward pass).
         Returns self."""
-        self.communicator.bcast_data(self.actual_optimizer.target)
+        self.communicator.bcast_data(self._target('broadcast_params'))
         self.needs_broadcast = False
         return self
+
+    def _target(self, where):
+        """The wrapped optimizer's link; RuntimeError before ``setup``
+        (the same on every rank: nothing was communicated yet)."""
+        target = self.actual_optimizer.target
+        if target is None:
+            raise RuntimeError(
+                'multi-node optimizer ({}).{}: call setup(link) first'
+                .format(type(self.actual_optimizer).__name__, where))
+        return target
 
     def update(self, lossfun=None, *args, **kwds):
         """One data-parallel step, or one of its ``accumulate`` backward
@@ -129,7 +139,7 @@ class _MultiNodeOptimizer:
         ``accumulate``-th call averages the gradients over ranks (and over
         the passes) and steps; the calls between only accumulate.
         """
-        target = self.actual_optimizer.target
+        target = self._target('update')
         if lossfun is not None:
             self._forward_backward(target, lossfun, args, kwds)
         if self.needs_broadcast:
@@ -253,7 +263,7 @@ class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
     def update(self, lossfun=None, *args, **kwds):
         """A step applying the previous step's averaged gradients (see the
         class docstring); the first call after ``setup`` broadcasts."""
-        target = self.actual_optimizer.target
+        target = self._target('update')
         if lossfun is not None:
             self._forward_backward(target, lossfun, args, kwds)
         d = self.__dict__

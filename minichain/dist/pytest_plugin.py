@@ -40,6 +40,7 @@ import pytest
 
 from minichain.dist import _pytest_reports as reports
 from minichain.dist import _pytest_relaunch as relaunch
+from minichain.dist import _shm_files
 from minichain.dist._mpi import TAG_TEST_ACK, TAG_TEST_RECORD
 
 MARK = 'mpi'
@@ -131,6 +132,8 @@ class InJob:
         if self.size > 1 and relaunch.have_mpi4py():
             from mpi4py import MPI
             self.comm = MPI.COMM_WORLD.Dup()
+            # A test's job may be killed at its timeout: no files left.
+            _shm_files.release_after_init(self.comm, MPI.COMM_WORLD)
 
     def exchange(self, item, report):
         """Send this phase's outcome to rank 0; there, fold every rank's

@@ -40,6 +40,13 @@ are caught earlier, without waiting: every collective opens with the same
 small header (:func:`minichain.dist.agreement.header`) carrying its kind and
 sequence number, so the ranks meet there whatever each called.
 
+Before that, a rank that has waited ``MINICHAIN_STALL_WARN`` seconds
+(default 60; 0: never) prints one line naming the ranks it waits for and
+what each was last seen doing, and again after each as many seconds, as
+Horovod's stall inspector does: a rank merely slow or stuck outside a
+collective is otherwise silent until the timeout. Of the ranks waiting in
+the same collective only the lowest prints.
+
 ``MINICHAIN_STALL_TIMEOUT``: seconds (default 600); ``0`` turns the
 watchdog off: the blocking MPI calls are made directly, no notes are sent,
 signal handlers wait for the call to return, and a stalled job waits
@@ -55,10 +62,12 @@ import weakref
 
 import numpy
 
-from minichain.dist import _mpi, _stall_notes
+from minichain.dist import _mpi, _shm_files, _stall_notes
 
 ENV = 'MINICHAIN_STALL_TIMEOUT'
 DEFAULT_TIMEOUT = 600.0
+ENV_WARN = 'MINICHAIN_STALL_WARN'
+DEFAULT_WARN = 60.0
 EXIT_STATUS = 70          # the job's exit status when the watchdog ends it
 PREFIX = 'minichain.dist watchdog: '
 SPIN = 1.0                # seconds of back-to-back tests before napping
@@ -73,19 +82,20 @@ _clock = {'progress': None}
 _exit = {'installed': False, 'reason': None}
 
 
-def timeout_from_env():
-    """``MINICHAIN_STALL_TIMEOUT`` in seconds (0: off); ValueError naming
-    the variable for anything but a finite number >= 0."""
-    text = os.environ.get(ENV, '').strip()
+def timeout_from_env(name=ENV, default=DEFAULT_TIMEOUT):
+    """``MINICHAIN_STALL_TIMEOUT`` (or ``name``) in seconds (0: off);
+    ValueError naming the variable for anything but a finite number >= 0."""
+    text = os.environ.get(name, '').strip()
     if not text:
-        return DEFAULT_TIMEOUT
+        return default
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value >= 0):
         raise ValueError('{}={!r}: expected a number of seconds >= 0 (0 turns '
-                         'the watchdog off)'.format(ENV, text))
+                         '{} off)'.format(name, text, 'the watchdog' if name
+                                          == ENV else 'it'))
     return value
 
 
@@ -108,9 +118,16 @@ def abort(status):
     try:
         sys.stdout.flush()
         sys.stderr.flush()
+        # What MPI_Abort skips; before the pause, since a rank that aborts
+        # at the same time may kill this one meanwhile.
+        _shm_files.before_abort()
         time.sleep(ABORT_DELAY)
     finally:
         _mpi.import_mpi().COMM_WORLD.Abort(status)
+        # MPICH returns when another rank's abort is already ending the job;
+        # this process ends here too, as MPI_Abort would have ended it (its
+        # Python exit would redo the cleanup above and fail on it).
+        os._exit(status)
 
 
 def note_uncaught(exc_type):
@@ -143,8 +160,8 @@ class Wire:
         self.counts = {}           # per kind
         self.stack = []            # [(kind, count, seq)] of open collectives
         self.last = None           # (kind, count, seq) of the last finished
-        value = timeout_from_env()
-        self.timeout = float(self.comm.bcast(value, root=0))
+        value = timeout_from_env(), timeout_from_env(ENV_WARN, DEFAULT_WARN)
+        self.timeout, self.warn_every = map(float, self.comm.bcast(value))
         self.polling = self.timeout > 0
         self.joined = 0            # the last collective every rank joined
         self.side = None
@@ -317,10 +334,14 @@ class Wire:
         # verdict: (conclusion, when to give up on it); a new conclusion
         # starts its grace afresh.
         posted, verdict, next_read = False, None, 0.0
+        next_warning = self.warn_every or math.inf
         try:
             while not done():
                 now = time.monotonic()
                 waited = now - start
+                if waited >= next_warning:
+                    next_warning += self.warn_every
+                    self._warn(waited)
                 if now >= next_read and self.side is not None:
                     next_read = now + READ_EVERY
                     self._read_notes()
@@ -409,7 +430,20 @@ class Wire:
                 q.Test() for q, _ in self.outbox):
             time.sleep(NAP)
 
-    # -- giving up ------------------------------------------------------------
+    # -- warning and giving up ------------------------------------------------
+    def _warn(self, waited):
+        if self.side is None or self.waiting is None or waited >= self.timeout:
+            return
+        if _stall_notes.defer(self.waiting, self.peers, self.rank,
+                              self.notice):
+            return  # a lower rank waiting in the same collective warns
+        line = _stall_notes.warning(self, waited)
+        sys.stderr.write('[rank {}] {}warning: {}; the job ends after {:g} s '
+                         '({}; {}={:g} s between warnings)\n'.format(
+                             self.rank, PREFIX, line, self.timeout, ENV,
+                             ENV_WARN, self.warn_every))
+        sys.stderr.flush()
+
     def _give_up(self, waited, verdict):
         lines = _stall_notes.report(self, waited, verdict)
         if self.on_stall is not None:

@@ -250,39 +250,54 @@ def _is_scalar(x):
     return isinstance(x, (int, float, numpy.generic))
 
 
-def _operand(other, like):
+def _operand(other, like, name):
     """A Variable stays itself; scalars and arrays take ``like``'s dtype.
 
     Chainer casts constants the same way, so ``x * 2`` and
-    ``float64_array * x`` keep ``x`` float32.
+    ``float64_array * x`` keep ``x`` float32. A Variable of integers (or
+    booleans) takes only constants that the cast leaves unchanged: ``x *
+    0.5`` would multiply by 0 (NumPy would promote to float, Chainer casts
+    silently); it is refused, naming the operator (``name``).
     """
     if isinstance(other, Variable):
         return other
-    if backend.is_array(other):
-        return other.astype(like.dtype, copy=False)
-    if _is_scalar(other):
-        return as_array(other, like.array)
-    return NotImplemented  # Python then raises its usual TypeError
+    if not (backend.is_array(other) or _is_scalar(other)):
+        return NotImplemented  # Python then raises its usual TypeError
+    try:
+        cast = (other.astype(like.dtype, copy=False) if backend.is_array(
+            other) else as_array(other, like.array))
+        changed = like.dtype.kind not in 'fc' and bool((cast != other).any())
+    except OverflowError:  # NumPy 2: a Python int outside the dtype's range
+        changed = True
+    if changed:
+        raise TypeError(
+            '{}: {} {} would change in the Variable\'s dtype {} (operators '
+            'cast constants to the Variable\'s dtype, which keeps 0.5 as 0 '
+            'for integers): make the Variable floating point first, e.g. '
+            'Variable(x.array.astype(numpy.float32))'.format(
+                name, 'the constant' if _is_scalar(other) else 'an array of',
+                other if _is_scalar(other) else other.dtype, like.dtype))
+    return cast
 
 
 def _lhs(op):
     def method(self, other):
-        other = _operand(other, self)
+        other = _operand(other, self, op.__name__)
         return other if other is NotImplemented else op(self, other)
     return method
 
 
 def _rhs(op):
     def method(self, other):
-        other = _operand(other, self)
+        other = _operand(other, self, op.__name__)
         return other if other is NotImplemented else op(other, self)
     return method
 
 
 def _pow_method(self, other):
-    if _is_scalar(other):
+    if _is_scalar(other) and self.dtype.kind in 'fc':
         return pow(self, other)
-    other = _operand(other, self)
+    other = _operand(other, self, 'pow')
     return other if other is NotImplemented else pow(self, other)
 
 

@@ -86,6 +86,7 @@ class Pool:
         weakref.finalize(self, _stop, self._procs)
         _live.add(self)
         self._progress = ctx.RawArray('q', n)  # the index each one reads
+        self._progress[:] = [-1] * n  # none yet: a worker may die starting
         self._answered = set()
         pipes = [ctx.Pipe() for _ in range(n)]
         inherited = [c for pair in pipes for c in pair] \
@@ -148,9 +149,12 @@ class Pool:
             try:
                 out.append((conns[conn], conn.recv()))
             except (EOFError, OSError):
-                self._died(conns[conn])
+                dead = conns[conn]  # raised below, not chained to the EOF
+                break
             self._answered.add(conns[conn])
-        return out
+        else:
+            return out
+        self._died(dead)
 
     def _died(self, number):
         """Raise WorkerDied saying which worker and what it was reading."""

@@ -1,9 +1,12 @@
 """The batch normalization layer: L.BatchNormalization."""
+import contextlib
 import copy
 import numbers
+import warnings
 
 import numpy
 
+from minichain import backend
 from minichain import functions as F
 from minichain import initializers
 from minichain.configuration import config
@@ -12,6 +15,40 @@ from minichain.link import Link
 from minichain.variable import Parameter
 
 __all__ = ['BatchNormalization']
+
+
+@contextlib.contextmanager
+def running_statistics_guard(link):
+    """Around a training step of batch normalization ``link``: when the
+    update made ``avg_mean`` or ``avg_var`` inf or NaN (an input holding NaN
+    or inf), put them (and ``N``) back as they were and say so in a
+    RuntimeWarning naming the layer, once per layer. Unchecked, one bad
+    batch turned every later evaluation into NaN without a word. The step
+    itself goes on: its output is not finite either, and what to do about
+    that is the training loop's choice (the multi-node optimizer's NaN
+    check stops it). The check costs one pass over two per-channel arrays
+    (one synchronization on a GPU).
+    """
+    old = link.avg_mean.copy(), link.avg_var.copy(), link.N
+    yield
+    xp = backend.get_array_module(link.avg_mean)
+    finite = xp.isfinite(link.avg_mean) & xp.isfinite(link.avg_var)
+    if bool(finite.all()):
+        return
+    channel = int(backend.to_cpu(xp.flatnonzero(~finite))[0])
+    mean = float(link.avg_mean.ravel()[channel])
+    var = float(link.avg_var.ravel()[channel])
+    link.avg_mean[...], link.avg_var[...], link.N = old
+    if getattr(link, '_warned_not_finite', False):
+        return
+    link._warned_not_finite = True
+    warnings.warn(
+        '{} {!r}: the batch statistics are not finite (channel {}: mean {}, '
+        'variance {}; {} of {} channels): the input holds NaN or inf; '
+        'avg_mean and avg_var were left as they were (said once per '
+        'layer)'.format(type(link).__name__, link.name, channel, mean, var,
+                        int((~finite).sum()), finite.size),
+        RuntimeWarning, stacklevel=4)
 
 
 class BatchNormalization(Link):
@@ -112,15 +149,16 @@ class BatchNormalization(Link):
         beta = self.beta if self.beta is not None else xp.zeros(
             shape, dtype=self._dtype)
         if config.train:
-            if finetune:
-                self.N += 1
-                decay = 1.0 - 1.0 / self.N
-            else:
-                decay = self.decay
-            return F.batch_normalization(
-                x, gamma, beta, eps=self.eps, running_mean=self.avg_mean,
-                running_var=self.avg_var, decay=decay, axis=self.axis,
-                residual=residual, relu=relu)
+            with running_statistics_guard(self):
+                if finetune:
+                    self.N += 1
+                    decay = 1.0 - 1.0 / self.N
+                else:
+                    decay = self.decay
+                return F.batch_normalization(
+                    x, gamma, beta, eps=self.eps, running_mean=self.avg_mean,
+                    running_var=self.avg_var, decay=decay, axis=self.axis,
+                    residual=residual, relu=relu)
         y = F.fixed_batch_normalization(x, gamma, beta, self.avg_mean,
                                         self.avg_var, eps=self.eps,
                                         axis=self.axis)

@@ -186,7 +186,10 @@ def atomic_write(path, mode='wb'):
     tmp = os.path.join(directory, '.{}.{}.{}.tmp'.format(
         base, os.getpid(), secrets.token_hex(4)))
     # os.open with 0o666 lets the umask set the permissions, as open() does.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as e:  # name the file asked for, not the hidden temporary
+        raise type(e)(e.errno, e.strerror, path) from None
     try:
         encoding = None if 'b' in mode else 'utf-8'
         with os.fdopen(fd, mode, encoding=encoding) as f:

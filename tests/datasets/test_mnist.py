@@ -89,3 +89,31 @@ def test_labels_outside_the_digits_are_refused(root):
                        r'ubyte holds label 10 at index 3 \(1 labels out of '
                        r'range\); MNIST labels are 0 to 9'):
         get_mnist()
+
+
+@pytest.mark.parametrize('value, shown', [
+    (0.5, '0.5'), (9.99, '9.99'), (-0.7, '-0.7'), (numpy.nan, 'nan'),
+    (numpy.inf, 'inf')])
+def test_float_labels_must_be_whole_numbers(root, value, shown):
+    # astype(int32) would truncate 9.99 to 9 and -0.7 to 0 and turn NaN
+    # into -2**31: the run trained on wrong classes without a word.
+    make_set(str(root / 'mnist'), gz=False)
+    labels = numpy.array([0, 1, value, 3], numpy.float32)
+    write_idx(str(root / 'mnist' / 't10k-labels-idx1-ubyte'), labels)
+    with pytest.raises(ValueError, match=r'get_mnist: .*t10k-labels-idx1-'
+                       r'ubyte holds label {}.* at index 2 \(1 labels not '
+                       r'whole numbers\)'.format(shown)):
+        get_mnist()
+
+
+def test_whole_float_labels_are_read(root):
+    make_set(str(root / 'mnist'), gz=False)
+    write_idx(str(root / 'mnist' / 't10k-labels-idx1-ubyte'),
+              numpy.array([0, 1, 9, 3], numpy.float32))
+    _, test = get_mnist()
+    assert [int(t) for _, t in test] == [0, 1, 9, 3]
+    write_idx(str(root / 'mnist' / 't10k-labels-idx1-ubyte'),
+              numpy.array([0, 1, 12, 3], numpy.float32))
+    with pytest.raises(ValueError, match='holds label 12.0 at index 2 '
+                       r'\(1 labels out of range\)'):
+        get_mnist()

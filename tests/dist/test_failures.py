@@ -54,3 +54,17 @@ def test_without_the_hook_the_watchdog_sees_the_rank_leave():
     assert 'RuntimeError: boom on rank 1' in res.output, res.output
     assert ('rank 1: left (an uncaught RuntimeError) before any collective'
             in res.output), res.output
+
+
+@pytest.mark.mpi
+def test_a_worker_rerunning_a_script_without_main_guard_says_so():
+    # Each worker re-imports the main module; it used to start MPI there
+    # (MPICH: 'PMI_Init returned -1') and die with no word of the guard.
+    require_mpi()
+    res = run_mpi(2, 'no_main_guard.py', timeout=60)
+    assert not res.timed_out and res.returncode != 0, res.output
+    assert ("minichain.dist: error: MPI started again in a multiprocessing "
+            "child" in res.output), res.output
+    assert "under if __name__ == '__main__':" in res.output
+    assert 'exited with status 1 before reading any example' in res.output
+    assert 'PMI_Init' not in res.output and 'read (' not in res.output

@@ -219,3 +219,34 @@ def test_timeout_from_env(monkeypatch):
         monkeypatch.setenv(watchdog.ENV, bad)
         with pytest.raises(ValueError, match=watchdog.ENV):
             watchdog.timeout_from_env()
+
+
+def test_stall_warning_interval_from_env(monkeypatch):
+    monkeypatch.delenv(watchdog.ENV_WARN, raising=False)
+    assert watchdog.timeout_from_env(watchdog.ENV_WARN,
+                                     watchdog.DEFAULT_WARN) == 60
+    monkeypatch.setenv(watchdog.ENV_WARN, 'x')
+    with pytest.raises(ValueError, match='MINICHAIN_STALL_WARN=.x.: '
+                       'expected a number of seconds >= 0 .0 turns it off'):
+        watchdog.timeout_from_env(watchdog.ENV_WARN, watchdog.DEFAULT_WARN)
+
+
+@pytest.mark.mpi
+def test_a_slow_rank_is_named_in_a_warning_at_each_interval():
+    # Silent until the stall timeout (600 s) before: a rank merely slow or
+    # stuck outside a collective gave no sign for ten minutes.
+    from tests.dist._launch import run_mpi
+    res = run_mpi(2, 'hang.py', 'slow', timeout=60, env={
+        'MINICHAIN_STALL_WARN': '1', 'MINICHAIN_STALL_TIMEOUT': '60'})
+    assert res.returncode == 0 and res.output.count('done') == 2, res.output
+    warnings = [line for line in res.output.splitlines() if 'warning' in line]
+    assert 2 <= len(warnings) <= 4, res.output  # at 1, 2 and 3 s
+    for n, line in enumerate(warnings, 1):
+        assert line.startswith(
+            '[rank 0] minichain.dist watchdog: warning: rank 0 has waited '
+            '{} s in allreduce #2 (collective #2 of the flat communicator), '
+            'for rank 1: no word from it: it joined collective #1 with the '
+            'others'.format(n)), line
+        assert line.endswith('the job ends after 60 s (MINICHAIN_STALL_'
+                             'TIMEOUT; MINICHAIN_STALL_WARN=1 s between '
+                             'warnings)'), line

@@ -1,5 +1,7 @@
 """Tests for minichain/functions/basic_math.py: arithmetic, matmul and the
 Variable operators."""
+import re
+
 import numpy
 import pytest
 
@@ -264,3 +266,33 @@ def test_binary_errors(name):
 def test_neg_rejects_non_array():
     with pytest.raises(TypeError, match='neg: x must be a Variable'):
         F.neg([1.0])
+
+
+@pytest.mark.parametrize('apply, shown', [
+    (lambda v: v * 0.5, 'mul: the constant 0.5'),
+    (lambda v: v + 0.7, 'add: the constant 0.7'),
+    (lambda v: 0.5 * v, 'mul: the constant 0.5'),
+    (lambda v: 1.5 - v, 'sub: the constant 1.5'),
+    (lambda v: v / 2.5, 'div: the constant 2.5'),
+    (lambda v: v ** 0.5, 'pow: the constant 0.5'),
+    (lambda v: v * numpy.array([0.5, 1, 1]), 'mul: an array of float64'),
+    (lambda v: v + 2 ** 40, 'add: the constant 1099511627776'),
+])
+def test_integer_variables_refuse_constants_the_cast_would_change(apply,
+                                                                  shown):
+    # Cast to int32, 0.5 was 0: v * 0.5 gave [0, 0, 0] and v + 0.7 gave v.
+    v = Variable(numpy.array([1, 2, 3], numpy.int32))
+    with pytest.raises(TypeError, match=re.escape(
+            shown + " would change in the Variable's dtype int32")):
+        apply(v)
+
+
+def test_integer_variables_take_exact_constants():
+    v = Variable(numpy.array([1, 2, 3], numpy.int32))
+    for y, want in ((v * 2, [2, 4, 6]), (v + numpy.int64(1), [2, 3, 4]),
+                    (v ** 2, [1, 4, 9]), (3 - v, [2, 1, 0]),
+                    (v * numpy.array([1.0, 2.0, 0.0]), [1, 4, 0])):
+        assert y.dtype == numpy.int32
+        numpy.testing.assert_array_equal(y.array, want)
+    x = Variable(numpy.array([1, 2], numpy.float32))  # floats round, as ever
+    assert (x * 0.1).dtype == numpy.float32

@@ -2,9 +2,11 @@
 import gc
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import warnings
@@ -267,10 +269,15 @@ def test_dataset_that_cannot_be_pickled():
 
 
 def test_slow_dataset_warns_with_the_examples_being_read():
-    it = MultiprocessIterator(Slow(4, 0.5), 2, shuffle=False, n_processes=1,
-                              dataset_timeout=0.1)
-    with pytest.warns(TimeoutWarning, match=r'reading example\(s\) 0'):
+    # The first batch is quick, so the worker has started (a worker still
+    # starting reads nothing yet) when the second one is slow.
+    it = MultiprocessIterator(Slow(6, 0.5, first=2), 2, shuffle=False,
+                              n_processes=1, dataset_timeout=0.1)
+    with warnings.catch_warnings():  # the worker may take 0.1 s to start
+        warnings.simplefilter('ignore', TimeoutWarning)
         assert next(it) == [0, 1]
+    with pytest.warns(TimeoutWarning, match=r'reading example\(s\) 2'):
+        assert next(it) == [2, 3]
     it.finalize()
 
 
@@ -344,9 +351,14 @@ def test_no_process_left_after_the_program_ends(tmp_path, how):
     slow = how.startswith('SIG')
     script.write_text(textwrap.dedent(SCRIPT.format(
         root=ROOT, first=2 if slow else 100, how='signal' if slow else how)))
+    # A temp dir of its own: a program killed by a signal cannot remove
+    # multiprocessing's folder there (the forkserver's socket). Short, as
+    # AF_UNIX paths are.
+    tmp = tempfile.mkdtemp(prefix='mpi-iter-', dir='/tmp' if os.path.isdir(
+        '/tmp') else None)
     proc = subprocess.Popen([sys.executable, str(script)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, env=dict(os.environ, TMPDIR=tmp))
     try:
         pids = [int(p) for p in proc.stdout.readline().split()]
         if slow:
@@ -355,6 +367,7 @@ def test_no_process_left_after_the_program_ends(tmp_path, how):
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
     assert len(pids) == 3, err
     assert gone(pids), 'still running: {}'.format(
         [p for p in pids if os.path.exists('/proc/{}'.format(p))])

@@ -1,3 +1,5 @@
+import warnings
+
 import numpy
 import pytest
 
@@ -168,3 +170,40 @@ def test_to_gpu_round_trip():
     bn.to_cpu()
     assert isinstance(bn.avg_mean, numpy.ndarray)
     numpy.testing.assert_allclose(bn.avg_mean, bn_cpu_mean, atol=1e-5)
+
+
+@pytest.mark.parametrize('bad', [numpy.nan, numpy.inf])
+@pytest.mark.parametrize('finetune', [False, True])
+def test_a_batch_with_nan_or_inf_leaves_the_statistics_and_says_so(
+        bad, finetune):
+    # One NaN used to make avg_mean [0.047 nan 0.046] for good: every later
+    # evaluation was NaN and nothing said why.
+    class Net(minichain.Chain):
+        def __init__(self):
+            super().__init__()
+            with self.init_scope():
+                self.bn1 = L.BatchNormalization(3)
+
+    net = Net()
+    bn = net.bn1
+    x = numpy.random.default_rng(0).standard_normal((4, 3, 2, 2)).astype(
+        numpy.float32)
+    bn(x, finetune=finetune)
+    mean, var, n = bn.avg_mean.copy(), bn.avg_var.copy(), bn.N
+    x[2, 1, 0, 1] = bad
+    with pytest.warns(RuntimeWarning, match=(
+            r"BatchNormalization 'bn1': the batch statistics are not finite "
+            r'\(channel 1: mean (nan|inf), variance (nan|inf); 1 of 3 '
+            r'channels\): the input holds NaN or inf; avg_mean and avg_var '
+            r'were left as they were')):
+        y = bn(x, finetune=finetune)
+    assert not numpy.isfinite(y.array).all()  # the step itself is not hidden
+    numpy.testing.assert_array_equal(bn.avg_mean, mean)
+    numpy.testing.assert_array_equal(bn.avg_var, var)
+    assert bn.N == n
+    with warnings.catch_warnings():
+        warnings.filterwarnings('error', '.*batch statistics')  # once
+        bn(x, finetune=finetune)
+    numpy.testing.assert_array_equal(bn.avg_mean, mean)
+    with minichain.using_config('train', False):
+        assert numpy.isfinite(bn(x[:2, :, :, :1]).array).sum() > 0

@@ -34,12 +34,24 @@ QUICK = ['--data', 'synthetic', '--train-subset', '8', '--val-subset', '4'] \
     (['--seed', '-1'], '--seed must be in [0, 4294967296), got -1'),
     (['--keep', '0'], '--keep must be at least 1'),
     (['--nan-check', 'maybe'], "invalid choice: 'maybe'"),
+    (['--image-size', '0'], '--image-size must be at least 1, got 0'),
+    (['--loaderjob', '10000000'], '--loaderjob 10000000 is more than this '
+     'machine allows: each worker holds 6 file descriptors'),
 ])
 def test_bad_options_are_one_line(argv, message):
     with pytest.raises(UserError) as e:
         train_resnet50.parse_args(argv)
     assert message in str(e.value) and '\n' not in str(e.value)
     assert e.value.status == 2
+
+
+def test_the_loader_bound_follows_the_open_file_limit(monkeypatch):
+    monkeypatch.setattr(train_checks, '_open_file_limit', lambda: 1024)
+    assert train_checks.loaderjob_limit() == (1024 - 256) // 6 == 128
+    train_resnet50.parse_args(['--loaderjob', '128'])
+    with pytest.raises(UserError, match='open-file limit is 1024 '
+                       r'\(ulimit -n\), so at most 128'):
+        train_resnet50.parse_args(['--loaderjob', '129'])
 
 
 def test_good_options_pass():

@@ -284,3 +284,47 @@ def test_porting_page_script_runs(data_dir, tmp_path):
     log = read_log(out)
     assert len(log) == 1 and log[0]['iteration'] == 6
     assert 0 <= log[0]['validation/main/accuracy'] <= 1
+
+
+# The same checks as train_resnet50.py: one line from rank 0, nothing
+# written (each was a traceback on both ranks, or a silent 3.3 epochs).
+BAD = {
+    'out is a file': (['--out', '{tmp}/afile'], 'it is a file, not a folder'),
+    'unknown device': (['--device', 'bogus'],
+                       "--device bogus: get_device: unknown device spec"),
+    'batch > shard': (['-b', '100000', '--epoch', '0.05'],
+                      "--batchsize 100000 is larger than each rank's shard "
+                      "of 120 training images (2 processes)"),
+}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize('case', sorted(BAD))
+def test_bad_input_is_one_line_on_rank_0(data_dir, tmp_path, case):
+    require_mpi()
+    (tmp_path / 'afile').write_text('')
+    args, message = BAD[case]
+    args = [a.format(tmp=tmp_path) for a in args]
+    if '--out' not in args:
+        args += ['--out', str(tmp_path / 'out')]
+    code, output = run([SCRIPT, '--data-dir', data_dir, '--unit', '8']
+                       + args, nprocs=2, timeout=60)
+    assert code != 0 and 'Traceback' not in output, output
+    errors = [line for line in output.splitlines() if 'error' in line]
+    assert errors == [errors[0]] and errors[0].startswith(
+        'train_mnist.py: error: '), output
+    assert message in errors[0], output
+    assert not (tmp_path / 'out').exists()
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--unit', '0'], '--unit must be at least 1, got 0'),
+    (['--epoch', 'nan'], '--epoch must be > 0, got nan'),
+    (['--seed', '-1'], '--seed must be in [0, 4294967296)'),
+    (['--snapshot-interval', '-1'], '--snapshot-interval must be at least 0'),
+])
+def test_options_are_checked_as_train_resnet50s(argv, message):
+    from models import train_mnist
+    from models.train_checks import UserError
+    with pytest.raises(UserError, match=re.escape(message)):
+        train_mnist.parse_args(argv)

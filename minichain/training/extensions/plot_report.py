@@ -104,8 +104,17 @@ class PlotReport(extension.Extension):
         if any(self._data.values()):
             axes.legend(loc='best')
         axes.grid(self._grid)
-        with atomic_write(path) as f:
-            figure.savefig(f, format='png')
+        try:
+            with atomic_write(path) as f:
+                figure.savefig(f, format='png')
+        except Exception as e:
+            cause = _os_error_in(e)
+            if cause is None:
+                raise
+            # One line: matplotlib's PNG writer chains a full disk into an
+            # AttributeError of its own cleanup (73 lines of traceback).
+            raise OSError(cause.errno, 'PlotReport: cannot write the plot: '
+                          '{}'.format(cause.strerror or cause), path) from None
 
     def serialize(self, serializer):
         """Save or load the plotted points and the partial interval."""
@@ -115,3 +124,14 @@ class PlotReport(extension.Extension):
         data = json.loads(serializer('_plot_data', json.dumps(self._data)))
         self._data = {k: [tuple(p) for p in data.get(k, [])]
                       for k in self._y_keys}
+
+
+def _os_error_in(error):
+    """The first OSError among ``error`` and its causes and contexts."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None

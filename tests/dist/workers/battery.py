@@ -25,7 +25,7 @@ GENERIC_CHECKS = ('ranks_and_factory', 'array_collectives',
                   'mnbn_device_formula', 'mnbn_model_copy',
                   'local_errors_everywhere', 'collective_kinds_compared',
                   'join_uneven_shards', 'nan_check',
-                  'mnbn_global_batch_of_one')
+                  'mnbn_global_batch_of_one', 'mnbn_nan_refused_everywhere')
 OVERLAP_CHECKS = ('overlap_equivalence_mlp',
                   'overlap_equivalence_mnbn_unequal',
                   'overlap_shared_and_unused', 'overlap_equals_plain',

@@ -1,4 +1,6 @@
 """Checks that do not depend on the communicator kind (see battery.py)."""
+import warnings
+
 import numpy
 
 import minichain
@@ -150,6 +152,12 @@ def scatter_dataset(comm):
     items = dist.scatter_dataset(['a', 'b', 'c'] if comm.rank == 0 else None,
                                  comm, force_equal_length=False)
     assert isinstance(items, list)
+    # None on the root: said on every rank (was len()'s TypeError on the
+    # root alone)
+    msg = _expect_error(TypeError, lambda: dist.scatter_dataset(None, comm),
+                        'scatter_dataset: the dataset on rank 0 (the root) '
+                        'is None')
+    _same_on_every_rank(comm, msg)
 
 
 def scatter_index(comm):
@@ -389,3 +397,25 @@ def mnbn_global_batch_of_one(comm):
     if comm.size > 1:
         two = numpy.ones((1 if comm.rank < 2 else 0, 3))
         multi_node_batch_normalization(two, gamma, beta, comm)
+
+
+def mnbn_nan_refused_everywhere(comm):
+    # A NaN on the last rank's shard makes the global statistics NaN on
+    # every rank: each keeps its running values and says so.
+    bn = MultiNodeBatchNormalization(3, comm, dtype=numpy.float64)
+    x = numpy.random.default_rng(comm.rank).standard_normal((2, 3, 2))
+    bn(x)
+    mean, var = bn.avg_mean.copy(), bn.avg_var.copy()
+    if comm.rank == comm.size - 1:
+        x[1, 2, 0] = numpy.nan
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        bn(x)
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1 and messages[0].startswith(
+        'MultiNodeBatchNormalization None: the batch statistics are not '
+        'finite (channel 2'), messages
+    assert numpy.array_equal(bn.avg_mean, mean)
+    assert numpy.array_equal(bn.avg_var, var)
+    bn(numpy.ones((2, 3, 2)) * comm.rank)  # the next batch is taken
+    assert not numpy.array_equal(bn.avg_mean, mean)

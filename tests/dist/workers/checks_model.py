@@ -148,6 +148,12 @@ def optimizer_wrapper(comm):
         assert (values == values[0]).all()
     _expect_error(ValueError, lambda: dist.create_multi_node_optimizer(
         optimizers.SGD(), comm, double_buffering=True), 'pure_nccl')
+    # before setup: the plain optimizer's advice, not 'NoneType' has no
+    # attribute 'cleargrads'
+    bare = dist.create_multi_node_optimizer(optimizers.SGD(), comm)
+    for call in (lambda: bare.update(loss), bare.broadcast_params):
+        _expect_error(RuntimeError, call, 'multi-node optimizer (SGD).',
+                      ': call setup(link) first')
     # broadcast_params(): equal now, so that the first update steps
     other = M.seeded(M.MLP, comm.rank + 1)
     opt = dist.create_multi_node_optimizer(

@@ -102,6 +102,10 @@ elif case == 'mnbn':
     step(model, opt)
     with minichain.using_config('train', rank == 0):
         step(model, opt)
+elif case == 'slow':
+    if rank == 1:
+        time.sleep(3.6)  # slow, not stuck: the job goes on
+    comm.allreduce(x)
 elif case == 'silent':
     if rank == 1:
         time.sleep(600)  # busy elsewhere, e.g. a stuck data loader

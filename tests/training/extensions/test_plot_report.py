@@ -55,3 +55,33 @@ def test_call_before_training_plots_the_untrained_model(tmp_path):
     trainer.run()
     assert [x for x, _ in plot.data['validation/main/loss']] == [0, 1, 2]
     assert [x for x, _ in plot.data['main/loss']] == [1, 2]
+
+
+_FULL_DISK = r'''
+import resource, signal, sys
+from minichain.training import extensions
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past it: EFBIG
+plot = extensions.PlotReport(['main/loss'], x_key='iteration')
+plot._data['main/loss'] = [(i, 1.0 / (i + 1)) for i in range(50)]
+resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
+try:
+    plot._plot(sys.argv[1])
+except Exception as e:
+    print(type(e).__name__, e.errno, e, e.__suppress_context__)
+'''
+
+
+def test_a_write_that_fails_is_one_oserror_naming_the_file(tmp_path):
+    # A full disk came out of matplotlib's PNG writer as an AttributeError
+    # of its cleanup chained to the OSError: 73 lines on rank 0. The file
+    # size limit fails the same writes, without a full disk.
+    import errno
+    import subprocess
+    path = tmp_path / 'loss.png'
+    out = subprocess.run([sys.executable, '-c', _FULL_DISK, str(path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "OSError {} [Errno {}] PlotReport: cannot write the plot: File too "
+        "large: '{}' True".format(errno.EFBIG, errno.EFBIG, path)], out
+    assert list(tmp_path.iterdir()) == []  # no temporary file left
