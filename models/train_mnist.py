@@ -190,8 +190,15 @@ def train(args, comm):
     updater = training.StandardUpdater(train_iter, optimizer, device=device)
     trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
 
+    # Evaluate and report at each epoch's end and at the last iteration, so
+    # that a run shorter than an epoch (--epoch 0.2) reports and logs too.
+    def at_report(trainer):
+        updater = trainer.updater
+        return updater.is_new_epoch or updater.epoch_detail >= args.epoch
+
     evaluator = extensions.Evaluator(test_iter, model, device=device)
-    trainer.extend(dist.create_multi_node_evaluator(evaluator, comm))
+    trainer.extend(dist.create_multi_node_evaluator(evaluator, comm),
+                   trigger=at_report)
 
     # On every rank: only rank 0 writes, but resuming is collective.
     name = ('snapshot_iter_{.updater.iteration}' if args.snapshot_every
@@ -204,7 +211,7 @@ def train(args, comm):
     # Reports are for one rank only (otherwise every line comes N times).
     if comm.rank == 0:
         trainer.extend(extensions.DumpGraph('main/loss'))  # out/cg.dot
-        trainer.extend(extensions.LogReport())
+        trainer.extend(extensions.LogReport(trigger=at_report))
         trainer.extend(extensions.PrintReport(
             ['epoch', 'main/loss', 'validation/main/loss', 'main/accuracy',
              'validation/main/accuracy', 'elapsed_time']))

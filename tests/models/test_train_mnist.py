@@ -143,6 +143,19 @@ def test_one_process_and_resume(data_dir, tmp_path):
         assert a == pytest.approx(b, rel=1e-6)
 
 
+def test_a_fraction_of_an_epoch_reports_and_logs(data_dir, tmp_path):
+    # 0.5 epochs of 240 images at batch 20: 6 iterations, no epoch's end;
+    # the last iteration evaluates, logs and prints like an epoch's end.
+    out = tmp_path / 'out'
+    code, output = run([SCRIPT, '--data-dir', data_dir, '--epoch', '0.5',
+                        '--out', out] + SMALL)
+    assert code == 0, output
+    log = read_log(out)
+    assert [entry['iteration'] for entry in log] == [6], log
+    assert 0 <= log[0]['validation/main/accuracy'] <= 1
+    assert 'validation/main/accuracy' in output
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not backend.gpu_available(), reason='no CUDA GPU')
 def test_one_gpu(data_dir, tmp_path):
