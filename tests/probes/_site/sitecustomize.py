@@ -55,8 +55,11 @@ def _watch():
             with open(path, 'a') as f:
                 f.write(''.join(p + '\n' for p in sorted(new)))
         if not limited:
-            MPI = sys.modules.get('mpi4py.MPI')
-            if MPI is not None and MPI.Is_initialized():
+            # mpi4py.MPI sits in sys.modules while it is still being
+            # imported: its functions may not be there yet.
+            initialized = getattr(sys.modules.get('mpi4py.MPI'),
+                                  'Is_initialized', None)
+            if initialized is not None and initialized():
                 import resource
                 resource.setrlimit(resource.RLIMIT_FSIZE, (_FSIZE, _FSIZE))
                 limited = True
