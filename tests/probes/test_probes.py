@@ -252,12 +252,16 @@ def test_integer_variables_refuse_a_lossy_constant(tmp_path):
 def test_scatter_dataset_of_none_names_the_root(tmp_path):
     require_mpi()
     user = script(tmp_path, """
+        import sys
         from minichain import dist
         comm = dist.create_communicator('flat')
         try:
             dist.scatter_dataset(None, comm)
         except TypeError as e:
-            print('rank', comm.rank, e)
+            # One write per rank: the two ranks print at once, and print's
+            # separate writes of its pieces interleaved ('rankrank 1 ...').
+            sys.stdout.write('rank {} {}\\n'.format(comm.rank, e))
+            sys.stdout.flush()
         """)
     got = probe(tmp_path, [user], ranks=2)
     assert got.returncode == 0, got
