@@ -25,6 +25,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from minichain import FunctionNode  # noqa: E402
 from models.resnet import ResNet, loss_and_accuracy  # noqa: E402
+# The same BATCHxSIZE:STEM option as the step benchmark, checked alike.
+from resnet50_step import parse_config  # noqa: E402  (beside this file)
 
 CONFIGS = ((32, 28, 'small2'), (8, 224, 'imagenet'))
 
@@ -60,18 +62,6 @@ def graph_mib(arch, batch, size, stem):
         return sum(a.nbytes for a in unique.values()) / 2.0 ** 20
     del loss
     return len(applied), mib(inputs), mib(retained)
-
-
-def parse_config(text):
-    """'32x28:small2' -> (32, 28, 'small2')."""
-    try:
-        shape, stem = text.split(':')
-        batch, size = (int(v) for v in shape.split('x'))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            'graph_bytes: --config wants BATCHxSIZE:STEM, e.g. 32x28:small2, '
-            'got {!r}'.format(text)) from None
-    return batch, size, stem
 
 
 def main():
