@@ -23,7 +23,7 @@ def load_ready(path=READY_PATH):
 
 def buckets(ready, bucket_bytes=DDP_BUCKET_BYTES, first_bytes=DDP_FIRST_BYTES):
     """``[(ready fraction, bytes)]`` of the buckets that ``ready`` fills, in
-    order (as ``minichain.dist.overlap.plan_buckets``: a bucket closes once
+    order (as ``minichain.dist.averaging.overlap.plan_buckets``: a bucket closes once
     it holds its cap); each is ready when its last gradient is."""
     out, at, size = [], 0.0, 0
     for frac, nbytes in ready:

@@ -28,7 +28,7 @@ import types
 
 import numpy
 
-from minichain.dist import timeline
+from minichain.dist.trace import timeline
 
 SPANS_PER_RESNET50_STEP = 2 * 25 + 1 + 3
 

@@ -4,7 +4,7 @@
 once, while backward is still running, as soon as nothing can add to the
 leaf's gradient any more. Data-parallel training uses it to start averaging
 a layer's gradients while the layers below it are still differentiated
-(``minichain.dist.overlap``).
+(``minichain.dist.averaging.overlap``).
 
 Why "final" is knowable: a leaf's gradient is a sum with one term per
 function that took the leaf as an input, and backward visits functions in

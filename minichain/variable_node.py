@@ -36,6 +36,9 @@ class VariableNode:
 
     def __init__(self, variable, requires_grad, name):
         self._variable = weakref.ref(variable)
+        # The class to re-create a dead Variable with (get_variable): kept
+        # here rather than imported, since variable.py imports this module.
+        self._variable_class = type(variable)
         self.creator = None
         self.generation = 0
         self.requires_grad = requires_grad
@@ -64,8 +67,7 @@ class VariableNode:
         right and a graph built on it flows back through this node."""
         var = self._variable()
         if var is None:
-            from minichain.variable import Variable  # it imports this module
-            var = Variable(data)
+            var = self._variable_class(data)
             var._node = self  # name, requires_grad and creator come along
             self._variable = weakref.ref(var)
         return var

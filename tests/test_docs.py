@@ -331,9 +331,9 @@ def test_mpiexec_mode_runs_every_rank(tmp_path):
 if __name__ == '__main__':  # a rank of _run_under_mpiexec
     from mpi4py import MPI
 
-    from minichain.dist import _shm_files
+    from minichain.dist.transports import shm_files
     # A page that fails ends in mpi4py's MPI_Abort, which skips MPICH's
     # cleanup: unlink its files now, as minichain's communicators do.
     MPI.COMM_WORLD.Barrier()
-    _shm_files.release_after_init(MPI.COMM_WORLD, MPI.COMM_WORLD)
+    shm_files.release_after_init(MPI.COMM_WORLD, MPI.COMM_WORLD)
     run_page(read_page(sys.argv[1]))

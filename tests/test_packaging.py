@@ -37,7 +37,7 @@ EXTRAS = {
     'test-system': ['pytest>=7', 'pytest-timeout', 'mpi4py>=3.1', 'Pillow',
                     'matplotlib', 'tqdm'],
 }
-PLUGIN = 'minichain.dist.pytest_plugin'
+PLUGIN = 'minichain.dist.testing.pytest_plugin'
 # Our distribution's name. "minichain" on PyPI is somebody else's project
 # (0.3.3, a library for language models): our old install line, the bare
 # name with the extra mpi in brackets, installed that, so no line of ours
@@ -167,7 +167,7 @@ site = os.path.realpath(sys.argv[1])
 for module in (minichain, minichain.dist.optimizers):
     assert os.path.realpath(module.__file__).startswith(site), module.__file__
 eps = [e.value for e in md.entry_points(group='pytest11')]
-assert eps == ['minichain.dist.pytest_plugin'], eps
+assert eps == ['minichain.dist.testing.pytest_plugin'], eps
 print('ok')
 '''
 

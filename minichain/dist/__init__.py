@@ -14,14 +14,18 @@ Typical use, under ``mpiexec -n 4 python train.py``::
     opt.setup(model)
 
 Creating a communicator also installs an abort-on-uncaught-exception hook
-(see :mod:`minichain.dist.safety` for how to turn it off), and every
+(see :mod:`minichain.dist.guards.safety` for how to turn it off), and every
 collective is watched: a rank that waits longer than
 ``MINICHAIN_STALL_TIMEOUT`` seconds (default 600, 0: off), or that can tell
 sooner that its collective will never complete, ends the job with a report
-naming the ranks (:mod:`minichain.dist.watchdog`).
+naming the ranks (:mod:`minichain.dist.guards.watchdog`).
 """
 import importlib
 import sys
+
+from minichain.dist import _moved
+
+_moved.install()  # old paths such as minichain.dist.watchdog still import
 
 _COMMUNICATORS = {
     'naive': ('minichain.dist.naive', 'NaiveCommunicator'),
@@ -35,20 +39,20 @@ _COMMUNICATORS = {
 # minichain.dist stays light and never touches mpi4py or CuPy.
 _LAZY = {
     'CommunicatorBase': 'minichain.dist.communicator_base',
-    'CollectiveMismatchError': 'minichain.dist.agreement',
-    'ModelMismatchError': 'minichain.dist.safety',
+    'CollectiveMismatchError': 'minichain.dist.guards.agreement',
+    'ModelMismatchError': 'minichain.dist.guards.safety',
     'NonFiniteGradientError': 'minichain.dist.optimizers',
-    'check_same_model': 'minichain.dist.safety',
-    'set_abort_on_exception': 'minichain.dist.safety',
+    'check_same_model': 'minichain.dist.guards.safety',
+    'set_abort_on_exception': 'minichain.dist.guards.safety',
     'create_multi_node_optimizer': 'minichain.dist.optimizers',
-    'join': 'minichain.dist._join',
+    'join': 'minichain.dist.averaging.join',
     'scatter_dataset': 'minichain.dist.datasets',
     'scatter_index': 'minichain.dist.datasets',
     'MultiNodeBatchNormalization': 'minichain.dist.batch_normalization',
     'multi_node_batch_normalization': 'minichain.dist.batch_normalization',
     'create_mnbn_model': 'minichain.dist.batch_normalization',
     'evaluate': 'minichain.dist.evaluation',
-    'explain': 'minichain.dist.cost_model',
+    'explain': 'minichain.dist.trace.cost_model',
     'weighted_mean': 'minichain.dist.evaluation',
     'create_multi_node_evaluator': 'minichain.dist.extensions',
     'multi_node_snapshot': 'minichain.dist.extensions',
@@ -85,8 +89,8 @@ def _why_not_nccl_anywhere(mpi_comm):
     its own as device 0) have different buses and pass.
     """
     from minichain import device
-    from minichain.dist import _mpi
-    MPI = _mpi.import_mpi()
+    from minichain.dist.transports import mpi
+    MPI = mpi.import_mpi()
     comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
     node = MPI.Get_processor_name()
     nodes = comm.allgather(node)
@@ -100,7 +104,7 @@ def _why_not_nccl_anywhere(mpi_comm):
 
 def _auto_verdict(answers):
     """Why not NCCL, from every rank's ``(why not, node, GPU bus)``."""
-    from minichain.dist.safety import format_ranks
+    from minichain.dist.guards.safety import format_ranks
     whys = {}
     for r, (why, _, _) in enumerate(answers):
         if why:
@@ -132,8 +136,8 @@ def _tell_auto_fallback(why, mpi_comm):
     if _auto_told:
         return
     _auto_told = True
-    from minichain.dist import _mpi
-    comm = _mpi.import_mpi().COMM_WORLD if mpi_comm is None else mpi_comm
+    from minichain.dist.transports import mpi
+    comm = mpi.import_mpi().COMM_WORLD if mpi_comm is None else mpi_comm
     if comm.rank == 0:
         print("minichain.dist: create_communicator('auto') chose 'flat', not "
               "'pure_nccl': {}".format(why), file=sys.stderr, flush=True)

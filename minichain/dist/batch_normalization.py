@@ -28,8 +28,8 @@ import numpy
 
 from minichain import backend
 from minichain.configuration import config
-from minichain.dist import _mpi
-from minichain.dist.agreement import by_rank
+from minichain.dist.transports import mpi
+from minichain.dist.guards.agreement import by_rank
 from minichain.function_node import FunctionNode
 from minichain.functions import (broadcast_to, fixed_batch_normalization,
                                  reshape)
@@ -155,7 +155,7 @@ class _GlobalMoments(FunctionNode):
         ``sum(M2 + n mean_r^2) - N mean^2`` loses digits only when the mean
         is some 10^6 standard deviations away from zero. Returns the global
         ``(mean, var, count)``."""
-        MPI = _mpi.import_mpi()
+        MPI = mpi.import_mpi()
         xp = backend.get_array_module(s)
         count = numpy.array([n], numpy.int64)
         self.comm._wire.Allreduce(MPI.IN_PLACE, count, op=MPI.SUM)

@@ -3,15 +3,16 @@
 A subclass only decides how the gradients of a model are averaged
 (``_mean_grads``); ranks, parameter broadcast, the array and object
 collectives, ``split`` and the safety checks live here. Every message goes
-through the communicator's :class:`~minichain.dist.watchdog.Wire`, and every
-collective opens with the header of :mod:`minichain.dist.agreement`.
+through the communicator's :class:`~minichain.dist.guards.watchdog.Wire`, and every
+collective opens with the header of :mod:`minichain.dist.guards.agreement`.
 """
 import numpy
 
 from minichain import backend
-from minichain.dist import (_mpi, _shm_files, agreement, safety, timeline,
-                            watchdog)
-from minichain.dist._collectives import CollectivesMixin
+from minichain.dist.transports import mpi, shm_files
+from minichain.dist.guards import agreement, safety, watchdog
+from minichain.dist.trace import timeline
+from minichain.dist.transports.collectives import CollectivesMixin
 
 
 class CommunicatorBase(CollectivesMixin):
@@ -39,7 +40,7 @@ class CommunicatorBase(CollectivesMixin):
     can_overlap = True  # whether it has _bucket_transport
 
     def __init__(self, mpi_comm=None, allreduce_grad_dtype=None):
-        MPI = _mpi.import_mpi()
+        MPI = mpi.import_mpi()
         self.mpi_comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         self._owns_mpi_comm = False
         self.allreduce_grad_dtype = self._check_grad_dtype(
@@ -48,7 +49,7 @@ class CommunicatorBase(CollectivesMixin):
             self).__name__)
         self._buckets = None  # the Wire of overlapped buckets, when needed
         self._init_ranks(MPI.Get_processor_name())
-        _shm_files.release_after_init(self.mpi_comm, MPI.COMM_WORLD)
+        shm_files.release_after_init(self.mpi_comm, MPI.COMM_WORLD)
         safety.install_abort_hook()
         timeline.start_from_env(self)
 
@@ -129,9 +130,9 @@ class CommunicatorBase(CollectivesMixin):
         buf = numpy.empty(int(offsets[-1]), dtype=numpy.uint8)
         if self.rank == 0:
             for a, o, n in zip(arrays, offsets, sizes):
-                buf[o:o + n] = _mpi.as_bytes(_mpi.to_host(a)[0])
+                buf[o:o + n] = mpi.as_bytes(mpi.to_host(a)[0])
         with timeline.span('bcast', buf.nbytes):
-            _mpi.bcast_buffer(self._wire, buf, 0)
+            mpi.bcast_buffer(self._wire, buf, 0)
         if self.rank != 0:
             for a, o, n in zip(arrays, offsets, sizes):
                 value = buf[o:o + n].view(a.dtype).reshape(a.shape)
@@ -202,7 +203,7 @@ class CommunicatorBase(CollectivesMixin):
 
     def _bucket_wire(self):
         """The Wire of the overlapped averaging's buckets
-        (:mod:`minichain.dist.overlap`): a duplicate of its own, so that
+        (:mod:`minichain.dist.averaging.overlap`): a duplicate of its own, so that
         buckets in flight during backward never mix with the collectives
         that backward makes on this communicator. Created when first
         needed, collectively (by every rank's first averaging)."""
@@ -214,13 +215,13 @@ class CommunicatorBase(CollectivesMixin):
     def _bucket_transport(self, device):
         """How this communicator reduces an overlapped bucket whose arrays
         live on ``device`` (-1: the host): over MPI here."""
-        from minichain.dist._mpi_buckets import MpiBuckets
+        from minichain.dist.transports.mpi_buckets import MpiBuckets
         return MpiBuckets(self._bucket_wire(), device,
                           self.allreduce_grad_dtype)
 
     def raise_everywhere(self, error):
         """Raise ``error`` on every rank (see
-        :func:`minichain.dist.agreement.raise_everywhere`): the others
+        :func:`minichain.dist.guards.agreement.raise_everywhere`): the others
         raise it in the collective they are in or enter next."""
         agreement.raise_everywhere(self._wire, error)
 
@@ -240,7 +241,7 @@ class CommunicatorBase(CollectivesMixin):
     def finalize(self):
         """Release what this communicator holds (sub-communicators it
         created) and write the timeline this communicator started (see
-        :mod:`minichain.dist.timeline`). MPI itself is finalized by mpi4py
+        :mod:`minichain.dist.trace.timeline`). MPI itself is finalized by mpi4py
         at exit."""
         timeline.finish_owned(self)
         for wire in (self._buckets, self._wire):

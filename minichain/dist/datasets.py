@@ -2,8 +2,8 @@
 import numpy
 
 from minichain import backend
-from minichain.dist import _mpi
-from minichain.dist.agreement import Failure, attempt
+from minichain.dist.transports import mpi
+from minichain.dist.guards.agreement import Failure, attempt
 
 
 def shard_bounds(n, size, force_equal_length):
@@ -67,9 +67,9 @@ def scatter_index(n, comm, root=0, shuffle=False, seed=None,
         if comm.rank == root:
             for r, shard in enumerate(shards):
                 if r != root:
-                    comm.send_obj(shard, r, tag=_mpi.TAG_SCATTER_INDEX)
+                    comm.send_obj(shard, r, tag=mpi.TAG_SCATTER_INDEX)
             return shards[root]
-        return comm.recv_obj(root, tag=_mpi.TAG_SCATTER_INDEX)
+        return comm.recv_obj(root, tag=mpi.TAG_SCATTER_INDEX)
 
 
 def _root_shards(comm, root, n, shuffle, seed, force_equal_length):
@@ -117,9 +117,9 @@ def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None,
             for r, shard in enumerate(shards):
                 if r != root:
                     comm.send_obj(_take(dataset, shard), r,
-                                  tag=_mpi.TAG_SCATTER_DATASET)
+                                  tag=mpi.TAG_SCATTER_DATASET)
             return _take(dataset, shards[root])
-        return comm.recv_obj(root, tag=_mpi.TAG_SCATTER_DATASET)
+        return comm.recv_obj(root, tag=mpi.TAG_SCATTER_DATASET)
 
 
 def _length(dataset, root):

@@ -2,7 +2,8 @@
 import numpy
 
 from minichain import backend
-from minichain.dist import _mpi, _packing, timeline
+from minichain.dist.transports import mpi, packing
+from minichain.dist.trace import timeline
 from minichain.dist.communicator_base import CommunicatorBase
 
 
@@ -30,11 +31,11 @@ class FlatCommunicator(CommunicatorBase):
 
     def __init__(self, mpi_comm=None, allreduce_grad_dtype=None):
         super().__init__(mpi_comm, allreduce_grad_dtype)
-        self._buffers = _packing.BufferCache()
+        self._buffers = packing.BufferCache()
 
     def _mean_grads(self, model, entries):
-        dtype = _packing.grad_dtype(entries, self.allreduce_grad_dtype)
-        packer = _packing.Packer(entries)
+        dtype = packing.grad_dtype(entries, self.allreduce_grad_dtype)
+        packer = packing.Packer(entries)
         host = self._buffers.get(model, 'host', numpy, dtype, packer.total)
         if backend.get_array_module(entries[0][1].array) is numpy:
             self._mean_on_host(packer, host)
@@ -44,9 +45,9 @@ class FlatCommunicator(CommunicatorBase):
     def _mean_on_host(self, packer, host):
         """NumPy gradients: pack, Allreduce and unpack ``host`` chunk by
         chunk, each chunk reduced right after it is packed."""
-        MPI = _mpi.import_mpi()
+        MPI = mpi.import_mpi()
         scale = 1.0 / self.size
-        step = max(1, min(PIPELINE_BYTES, _mpi.CHUNK_BYTES) // host.itemsize)
+        step = max(1, min(PIPELINE_BYTES, mpi.CHUNK_BYTES) // host.itemsize)
         for lo in range(0, packer.total, step):
             hi = min(packer.total, lo + step)
             nbytes = (hi - lo) * host.itemsize
@@ -60,7 +61,7 @@ class FlatCommunicator(CommunicatorBase):
     def _mean_through_host(self, model, packer, host):
         """CuPy gradients: pack on the device, Allreduce a host copy of the
         buffer, copy it back and unpack on the device."""
-        MPI = _mpi.import_mpi()
+        MPI = mpi.import_mpi()
         first = packer.entries[0][1].array
         with backend.cuda_device(backend.get_device_id(first)):
             dev = self._buffers.get(model, 'device',
@@ -70,7 +71,7 @@ class FlatCommunicator(CommunicatorBase):
                 packer.pack(dev, 1.0 / self.size)
                 dev.get(out=host)
             with timeline.span('allreduce', host.nbytes):
-                _mpi.allreduce_buffer(self._wire, host, MPI.SUM)
+                mpi.allreduce_buffer(self._wire, host, MPI.SUM)
             with timeline.span('unpack', host.nbytes, sync=True):
                 dev.set(host)
                 packer.unpack(dev)

@@ -2,7 +2,9 @@
 import numpy
 
 from minichain import backend
-from minichain.dist import _mpi, timeline, watchdog
+from minichain.dist.transports import mpi
+from minichain.dist.trace import timeline
+from minichain.dist.guards import watchdog
 from minichain.dist.pure_nccl import (PureNcclCommunicator,
                                       check_one_gpu_per_rank, destroy_at_exit,
                                       from_bfloat16_bits, nccl_module,
@@ -82,17 +84,17 @@ class HierarchicalCommunicator(PureNcclCommunicator):
 
     def _inter_node_sum(self, wire, stream):
         """Sum ``wire`` over the nodes' first ranks through host memory."""
-        MPI = _mpi.import_mpi()
+        MPI = mpi.import_mpi()
         self._wire.wait_until(lambda: stream.done, 'the NCCL reduce',
                               on_stall=self._abort_nccl)
         wide = widen(wire.get())
-        _mpi.allreduce_buffer(self._inter_wire, wide, MPI.SUM)
+        mpi.allreduce_buffer(self._inter_wire, wide, MPI.SUM)
         wire.set(narrow(wide, wire.dtype))
 
     def _bucket_transport(self, device):
         if device < 0:
             return super()._bucket_transport(device)
-        from minichain.dist._nccl_buckets import HierarchicalBuckets
+        from minichain.dist.transports.nccl_buckets import HierarchicalBuckets
         return HierarchicalBuckets(self, device)
 
     def _bucket_inter_wire(self):

@@ -2,7 +2,8 @@
 import numpy
 
 from minichain import backend
-from minichain.dist import _mpi, timeline
+from minichain.dist.transports import mpi
+from minichain.dist.trace import timeline
 from minichain.dist.communicator_base import CommunicatorBase
 
 
@@ -19,17 +20,17 @@ class NaiveCommunicator(CommunicatorBase):
     can_overlap = False  # one allreduce per parameter already
 
     def _mean_grads(self, model, entries):
-        MPI = _mpi.import_mpi()
+        MPI = mpi.import_mpi()
         for _, p, g in entries:
             dtype = numpy.dtype(p.dtype if self.allreduce_grad_dtype is None
                                 else self.allreduce_grad_dtype)
             nbytes = p.size * dtype.itemsize
             with timeline.span('pack', nbytes):
                 host = (numpy.zeros(p.shape, dtype=dtype) if g is None else
-                        numpy.array(_mpi.to_host(g)[0], dtype=dtype,
+                        numpy.array(mpi.to_host(g)[0], dtype=dtype,
                                     order='C'))
             with timeline.span('allreduce', nbytes):
-                _mpi.allreduce_buffer(self._wire, host, MPI.SUM)
+                mpi.allreduce_buffer(self._wire, host, MPI.SUM)
             device = backend.get_device_id(p.array)
             with timeline.span('unpack', nbytes, sync=device >= 0):
                 host /= self.size

@@ -6,8 +6,8 @@ import math
 import numpy
 
 from minichain import backend
-from minichain.dist import timeline
-from minichain.dist.agreement import format_ranks
+from minichain.dist.trace import timeline
+from minichain.dist.guards.agreement import format_ranks
 
 # The wrapper's own attributes. Setting any other name on the wrapper sets
 # it on the wrapped optimizer, so the wrappers keep their state in __dict__.
@@ -97,7 +97,7 @@ class _MultiNodeOptimizer:
         self.needs_broadcast = True
         self._micro = 0
         if self._overlap is not None:
-            from minichain.dist.overlap import Reducer
+            from minichain.dist.averaging.overlap import Reducer
             if self.reducer is not None:
                 self.reducer.close()
             self.reducer = Reducer(self.communicator, link,
@@ -353,7 +353,7 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
         nan_check: check the averaged gradient for inf/NaN before each
             step (see above; not with ``double_buffering``).
         overlap: average the gradients in buckets while backward still
-            runs (:mod:`minichain.dist.overlap`; flat, pure_nccl and
+            runs (:mod:`minichain.dist.averaging.overlap`; flat, pure_nccl and
             hierarchical). The result is the same as without; the first
             averaging after ``setup`` records the order of the buckets and
             only sends them after backward. None: the communicator's

@@ -10,7 +10,9 @@ import weakref
 import numpy
 
 from minichain import backend
-from minichain.dist import _mpi, _packing, safety, timeline
+from minichain.dist.transports import mpi, packing
+from minichain.dist.guards import safety
+from minichain.dist.trace import timeline
 from minichain.dist.flat import FlatCommunicator
 
 BFLOAT16 = 'bfloat16'
@@ -44,7 +46,7 @@ def check_one_gpu_per_rank(mpi_comm, device_id, where):
     on GPU 0, which this catches before NCCL hangs or fails obscurely.
     """
     from minichain.device import gpu_bus_id
-    MPI = _mpi.import_mpi()
+    MPI = mpi.import_mpi()
     bus = gpu_bus_id(device_id)
     keys = mpi_comm.allgather((MPI.Get_processor_name(), bus, device_id))
     seen = {}
@@ -63,7 +65,7 @@ def check_one_gpu_per_rank(mpi_comm, device_id, where):
 
 
 def _mpi_running():
-    MPI = _mpi.import_mpi()
+    MPI = mpi.import_mpi()
     return MPI.Is_initialized() and not MPI.Is_finalized()
 
 
@@ -159,7 +161,7 @@ class PureNcclCommunicator(FlatCommunicator):
     def _bucket_transport(self, device):
         if device < 0:
             return super()._bucket_transport(device)
-        from minichain.dist._nccl_buckets import NcclBuckets
+        from minichain.dist.transports.nccl_buckets import NcclBuckets
         return NcclBuckets(self, device)
 
     def _init_nccl(self, device_id):
@@ -256,7 +258,7 @@ class PureNcclCommunicator(FlatCommunicator):
         cupy = backend.get_cupy()
         nccl = nccl_module()
         wire_dtype = self._wire_dtype(entries)
-        packer = _packing.Packer(entries)
+        packer = packing.Packer(entries)
         nbytes = packer.total * (2 if wire_dtype == BFLOAT16
                                  else numpy.dtype(wire_dtype).itemsize)
         with cupy.cuda.Device(device):
@@ -284,7 +286,7 @@ class PureNcclCommunicator(FlatCommunicator):
     def _wire_dtype(self, entries):
         if self.allreduce_grad_dtype is not None:
             return self.allreduce_grad_dtype
-        return _packing.grad_dtype(entries)
+        return packing.grad_dtype(entries)
 
     def _pack_for_wire(self, model, packer, wire_dtype, tag):
         """Pack scaled gradients; return ``(buffer, array sent on the wire)``

@@ -11,7 +11,7 @@ import pytest
 
 import minichain
 from minichain import links as L
-from minichain.dist import cost_model
+from minichain.dist.trace import cost_model
 from minichain.dist.flat import PIPELINE_BYTES
 from tests.dist._launch import require_mpi, run_mpi
 

@@ -5,7 +5,8 @@ import sys
 import numpy
 import pytest
 
-from minichain.dist import datasets, safety
+from minichain.dist import datasets
+from minichain.dist.guards import safety
 from minichain.dist.pure_nccl import from_bfloat16_bits, to_bfloat16_bits
 
 

@@ -7,7 +7,7 @@ import numpy
 import pytest
 
 from minichain import backend
-from minichain.dist import _nccl_buckets
+from minichain.dist.transports import nccl_buckets
 
 
 class Event:
@@ -91,13 +91,13 @@ def log(monkeypatch):
         empty=numpy.empty)
     monkeypatch.setattr(backend, 'get_cupy', lambda: fake)
     nccl = types.SimpleNamespace(NCCL_FLOAT32=7, NCCL_BFLOAT16=9)
-    monkeypatch.setattr(_nccl_buckets, 'nccl_module', lambda: nccl)
-    convert = _nccl_buckets.from_bfloat16_bits
+    monkeypatch.setattr(nccl_buckets, 'nccl_module', lambda: nccl)
+    convert = nccl_buckets.from_bfloat16_bits
 
     def logged_convert(bits):
         log.append(('convert', 'side'))
         return convert(bits)
-    monkeypatch.setattr(_nccl_buckets, 'from_bfloat16_bits', logged_convert)
+    monkeypatch.setattr(nccl_buckets, 'from_bfloat16_bits', logged_convert)
     return log
 
 
@@ -115,7 +115,7 @@ def test_done_event_is_recorded_after_the_conversion_back(log, wire_dtype):
     update could read this rank's own gradient, and the finite check miss
     another rank's NaN)."""
     comm = Comm(log, wire_dtype)
-    buckets = _nccl_buckets.NcclBuckets(comm, 0)
+    buckets = nccl_buckets.NcclBuckets(comm, 0)
     buckets.dtypes([('w', None)])
     bucket = _bucket(log)
     buckets.start(bucket, 0.5)
@@ -132,7 +132,7 @@ def test_done_event_is_recorded_after_the_conversion_back(log, wire_dtype):
 
 def test_the_next_averaging_and_the_check_wait_under_the_watchdog(log):
     comm = Comm(log, 'bfloat16')
-    buckets = _nccl_buckets.NcclBuckets(comm, 0)
+    buckets = nccl_buckets.NcclBuckets(comm, 0)
     buckets.dtypes([('w', None)])
     bucket = _bucket(log)
     buckets.start(bucket, 0.5)

@@ -1,4 +1,4 @@
-"""minichain.dist.pytest_plugin, used as a user would: files of tests in a
+"""minichain.dist.testing.pytest_plugin, used as a user would: files of tests in a
 temporary folder, run by plain ``pytest`` (and by ``mpiexec -n 2 pytest``)
 in subprocesses, with the plugin found through its entry point.
 
@@ -14,10 +14,10 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from minichain.dist import _pytest_reports as reports
+from minichain.dist.testing import reports as reports
 from minichain.dist import launcher
-from minichain.dist import _pytest_relaunch as relaunch
-from minichain.dist.pytest_plugin import MpiSpec
+from minichain.dist.testing import relaunch as relaunch
+from minichain.dist.testing.pytest_plugin import MpiSpec
 
 PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), 'docs', 'testing.md')
@@ -319,7 +319,7 @@ def test_missing_mpiexec_fails_saying_what_to_install(sessions):
 # -- without MPI -------------------------------------------------------------
 def test_plugin_import_is_light():
     res = subprocess.run(
-        [sys.executable, '-c', 'import sys, minichain.dist.pytest_plugin; '
+        [sys.executable, '-c', 'import sys, minichain.dist.testing.pytest_plugin; '
          'print("mpi4py" in sys.modules)'], capture_output=True, text=True,
         timeout=60)
     assert res.returncode == 0 and res.stdout.strip() == 'False', res.stderr

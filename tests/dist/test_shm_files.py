@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from minichain.dist import _shm_files, launcher
+from minichain.dist.transports import shm_files
+from minichain.dist import launcher
 from tests.dist._launch import require_mpi, run_mpi
 
 
@@ -35,9 +36,9 @@ def test_no_mpich_files_are_left_however_the_job_ends(how, status, tmp_path):
         assert res.returncode == status, res.output
     names = _named_files(tmp_path)
     # The job did have both kinds (else the test proves nothing).
-    assert any(n.startswith(_shm_files.SEGMENT_PREFIX) for n in names), (
+    assert any(n.startswith(shm_files.SEGMENT_PREFIX) for n in names), (
         res.output)
-    assert any(_shm_files.HWLOC_PREFIX in n for n in names), res.output
+    assert any(shm_files.HWLOC_PREFIX in n for n in names), res.output
     left = sorted(n for n in names if os.path.exists(n))
     assert not left, (left, res.output)
 
@@ -50,9 +51,9 @@ def test_lookups_outside_a_hydra_job_find_nothing(tmp_path):
         '(deleted)\n'
         '7f02-7f03 rw-s 00000000 00:1a 14 /dev/shm/other_seg\n'
         '7f03-7f04 rw-p 00000000 00:00 0 \n')
-    assert _shm_files.mapped_segments(str(maps)) == [
+    assert shm_files.mapped_segments(str(maps)) == [
         '/dev/shm/mpich_shm_ab_0']
-    assert _shm_files.mapped_segments(str(tmp_path / 'none')) == []
+    assert shm_files.mapped_segments(str(tmp_path / 'none')) == []
     # pytest's parent is no Hydra proxy: its files are not looked at.
-    assert _shm_files.proxy_files() == []
-    assert _shm_files.release() == []  # no MPI here: nothing mapped
+    assert shm_files.proxy_files() == []
+    assert shm_files.release() == []  # no MPI here: nothing mapped

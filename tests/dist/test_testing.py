@@ -9,12 +9,12 @@ import pytest
 
 import minichain
 from minichain import optimizers
-from minichain.dist import testing
+from minichain.dist.testing import equivalence
 
 
 def _mismatches(got, want):
     out = []
-    testing._compare_group([('w', got, want)], 0, 1e-10, 0.0, out)
+    equivalence._compare_group([('w', got, want)], 0, 1e-10, 0.0, out)
     return out
 
 
@@ -47,7 +47,7 @@ class _Quadratic(minichain.Link):
 
 def _run(lag, calls):
     link = _Quadratic()
-    opt = testing._LaggedOptimizer(optimizers.SGD(lr=0.5).setup(link), lag)
+    opt = equivalence._LaggedOptimizer(optimizers.SGD(lr=0.5).setup(link), lag)
     stepped = [opt.update(link.loss) for _ in range(calls)]
     return link.w.array, stepped, opt.optimizer.t
 
@@ -76,11 +76,11 @@ def test_an_option_the_reference_cannot_follow_is_refused():
                        r"\(known: \['accumulate', 'bucket_mb', "
                        r"'double_buffering', 'nan_check', 'overlap', "
                        r"'zero_fill'\]\)"):
-        testing.assert_data_parallel_equivalent(
+        equivalence.assert_data_parallel_equivalent(
             None, None, None, None, multi_node_options={'overlapp': True})
 
 
 def test_micro_batches_cut_each_shard_and_join_them_by_position():
-    mine, whole = testing._micro_batches([3, 5], 2, 1)
+    mine, whole = equivalence._micro_batches([3, 5], 2, 1)
     assert [list(i) for i in mine] == [[3, 4, 5], [6, 7]]
     assert [list(i) for i in whole] == [[0, 1, 3, 4, 5], [2, 6, 7]]

@@ -1,4 +1,4 @@
-"""minichain.dist.timeline in one process (no MPI): trace format, summary,
+"""minichain.dist.trace.timeline in one process (no MPI): trace format, summary,
 recording and the optimizer's instrumentation. The multi-rank merge is
 tested under mpiexec in test_timeline_mpi.py."""
 import json
@@ -9,7 +9,7 @@ import pytest
 
 from minichain import functions as F
 from minichain import optimizers
-from minichain.dist import timeline
+from minichain.dist.trace import timeline
 from minichain.dist.optimizers import create_multi_node_optimizer
 from tests.dist.workers._models import MLP
 

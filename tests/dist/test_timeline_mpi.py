@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from minichain.dist import timeline
+from minichain.dist.trace import timeline
 from tests.dist._launch import require_mpi, run_mpi
 
 N_PARAMS = 4  # the worker's MLP: /l1/W, /l1/b, /l2/W, /l2/b

@@ -1,9 +1,9 @@
-"""minichain.dist.timeline_plot: one step of a trace drawn as a PNG."""
+"""minichain.dist.trace.timeline_plot: one step of a trace drawn as a PNG."""
 import json
 
 import pytest
 
-from minichain.dist import timeline, timeline_plot
+from minichain.dist.trace import timeline, timeline_plot
 
 pytest.importorskip('matplotlib', reason='matplotlib is not installed '
                     '(pip install matplotlib)')

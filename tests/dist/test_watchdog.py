@@ -16,7 +16,7 @@ import time
 import pytest
 
 from minichain.dist import launcher
-from minichain.dist import watchdog
+from minichain.dist.guards import watchdog
 from minichain.training.triggers.stop_on_signal import REPEAT_WINDOW
 from tests.dist._launch import WORKERS, launcher_crashed, require_mpi
 

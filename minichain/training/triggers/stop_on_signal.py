@@ -40,7 +40,7 @@ def _stalled():
     """Whether minichain.dist's watchdog sees this process stuck in a
     collective (never when minichain.dist is not in use: nothing is
     imported from a signal handler)."""
-    watchdog = sys.modules.get('minichain.dist.watchdog')
+    watchdog = sys.modules.get('minichain.dist.guards.watchdog')
     return watchdog is not None and watchdog.stalled()
 
 
@@ -52,7 +52,7 @@ def catch_stop_signals():
     again), on any stop signal more than ``REPEAT_WINDOW`` seconds after
     the first (a second request), or on any stop signal once the process
     has made no progress through minichain.dist's collectives for longer
-    than the stall timeout (``minichain.dist.watchdog.stalled``: it would
+    than the stall timeout (``minichain.dist.guards.watchdog.stalled``: it would
     never reach the next iteration). A SIGTERM or SIGUSR repeated within
     the window is the same request delivered twice (Slurm signals every
     process of a job step, and the launcher forwards what it got) and is

@@ -7,7 +7,7 @@ import minichain
 from minichain import dist
 from minichain import functions as F
 from minichain import links as L
-from minichain.dist import _mpi
+from minichain.dist.transports import mpi
 from minichain.dist.batch_normalization import (
     MultiNodeBatchNormalization, multi_node_batch_normalization)
 from minichain.gradient_check import check_backward, check_double_backward
@@ -100,8 +100,8 @@ def split(comm):
 
 
 def chunked(comm):
-    old = _mpi.CHUNK_BYTES
-    _mpi.CHUNK_BYTES = 1000
+    old = mpi.CHUNK_BYTES
+    mpi.CHUNK_BYTES = 1000
     try:
         big = list(range(2000))
         assert comm.bcast_obj(big if comm.rank == 0 else None) == big
@@ -121,7 +121,7 @@ def chunked(comm):
                                  + comm.size - 1)
         assert numpy.array_equal(comm.bcast(x), numpy.arange(700.0))
     finally:
-        _mpi.CHUNK_BYTES = old
+        mpi.CHUNK_BYTES = old
 
 
 def scatter_dataset(comm):

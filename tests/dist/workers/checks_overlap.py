@@ -7,7 +7,7 @@ import minichain
 from minichain import FunctionNode, Variable, dist, optimizers
 from minichain import functions as F
 from minichain.configuration import using_config
-from minichain.dist.agreement import format_ranks
+from minichain.dist.guards.agreement import format_ranks
 
 import _models as M
 from checks_model import (_data, _equivalent, _expect_error, _mnbn_resnet,
@@ -362,7 +362,7 @@ def overlap_timeline_events(comm):
     import json
     import shutil
     import tempfile
-    from minichain.dist import timeline
+    from minichain.dist.trace import timeline
     model = M.seeded(M.ConvNet, 1)
     opt = dist.create_multi_node_optimizer(
         optimizers.SGD(lr=0.1), comm, **OVERLAP).setup(model)

@@ -1,6 +1,6 @@
 """Draw one step of a timeline trace as a PNG, with matplotlib.
 
-A Chrome trace (``MINICHAIN_TIMELINE``, :mod:`minichain.dist.timeline`)
+A Chrome trace (``MINICHAIN_TIMELINE``, :mod:`minichain.dist.trace.timeline`)
 needs a browser to look at; a picture of one step fits in a page or a
 report. Each rank gets three lanes (compute, copy, comm, as in the trace):
 forward, backward and update on the compute lane with a tick at each
@@ -10,14 +10,14 @@ launch to the moment it was seen complete, alternately shaded, with a
 triangle when its last gradient was final) and the ``wait`` for the last
 buckets after backward::
 
-    python -m minichain.dist.timeline_plot trace.json step.png [--step -1]
+    python -m minichain.dist.trace.timeline_plot trace.json step.png [--step -1]
 
 matplotlib is an optional dependency (``pip install matplotlib``).
 """
 import argparse
 import json
 
-from minichain.dist.timeline import CATEGORIES
+from minichain.dist.trace.timeline import CATEGORIES
 
 COLORS = {'forward': '#4c72b0', 'backward': '#55a868', 'update': '#8172b2',
           'pack': '#dd8452', 'unpack': '#dd8452', 'allreduce': '#c44e52',
@@ -45,7 +45,7 @@ def step_window(trace, step=-1):
 
 def plot(trace, path, step=-1, title=None, width=11.0):
     """Write rank by rank lanes of one step of ``trace`` (a dict, as
-    :func:`minichain.dist.timeline.to_trace` builds it) to ``path``.
+    :func:`minichain.dist.trace.timeline.to_trace` builds it) to ``path``.
 
     Args:
         step: which of rank 0's steps (an index into its forwards; the
@@ -112,7 +112,7 @@ def plot(trace, path, step=-1, title=None, width=11.0):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('trace', help='a trace written by minichain.dist.timeline')
+    p.add_argument('trace', help='a trace written by minichain.dist.trace.timeline')
     p.add_argument('png')
     p.add_argument('--step', type=int, default=-1,
                    help="rank 0's step to draw (default: the last)")

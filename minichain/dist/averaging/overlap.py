@@ -45,14 +45,16 @@ On the loaded 2-core machine, testing in the hooks only was not measurably
 different; MPICH's progress thread was clearly slower (``bench/scaling.py
 --overlap --progress nodes,poll,async``, bench/README.md). On the GPU, NCCL reduces the buckets on a side stream
 that waits for the compute stream with an event
-(:mod:`minichain.dist._nccl_buckets`).
+(:mod:`minichain.dist.transports.nccl_buckets`).
 """
 import zlib
 
 import numpy
 
 from minichain import backend
-from minichain.dist import _mpi, _packing, safety, timeline
+from minichain.dist.transports import mpi, packing
+from minichain.dist.guards import safety
+from minichain.dist.trace import timeline
 
 MIB = 1 << 20
 BUCKET_MB = 25.0          # PyTorch DDP's bucket_cap_mb
@@ -84,7 +86,7 @@ class Bucket:
         start: index of the first entry in the plan's order.
         buf: the buffer the averaged gradients are read from.
         nbytes: bytes on the wire.
-        packer: this step's :class:`~minichain.dist._packing.Packer` (it
+        packer: this step's :class:`~minichain.dist.transports.packing.Packer` (it
             holds the gradients until the bucket is done).
         work: the transport's handles while in flight.
     """
@@ -305,7 +307,7 @@ class Reducer:
             step.next += 1
             launched += 1
         if step.next == len(self.plan.buckets) and step.presence is None:
-            MPI = _mpi.import_mpi()
+            MPI = mpi.import_mpi()
             step.presence = self.comm._bucket_wire().Iallreduce(
                 MPI.IN_PLACE, step.has, op=MPI.SUM)
         return launched
@@ -315,7 +317,7 @@ class Reducer:
         here = slice(bucket.start, bucket.start + len(grads))
         step.missing[here] = [g is None for _, _, g in grads]
         step.has[here] = ~step.missing[here]
-        bucket.packer = _packing.Packer(grads)
+        bucket.packer = packing.Packer(grads)
         self.transport.start(bucket, self.scale)
         bucket.span = timeline.span('bucket', bucket.nbytes).start()
         step.in_flight.append(bucket)

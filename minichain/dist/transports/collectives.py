@@ -2,18 +2,19 @@
 
 Arrays travel through host memory (CuPy arrays are staged and come back as
 CuPy arrays on the current device). Every collective opens with the header
-of :func:`minichain.dist.agreement.header`, which also carries what its ranks
+of :func:`minichain.dist.guards.agreement.header`, which also carries what its ranks
 must agree on (shapes, dtypes, the root) and the lengths the receivers need,
 so that a mismatch, or a bad argument on one rank, raises the same error on
 every rank instead of truncating or hanging. All messages go through the
-communicator's :class:`~minichain.dist.watchdog.Wire`.
+communicator's :class:`~minichain.dist.guards.watchdog.Wire`.
 """
 import pickle
 
 import numpy
 
-from minichain.dist import _mpi, agreement
-from minichain.dist.agreement import attempt
+from minichain.dist.transports import mpi
+from minichain.dist.guards import agreement
+from minichain.dist.guards.agreement import attempt
 
 _OPS = ('sum', 'mean', 'max', 'min', 'prod')
 
@@ -63,7 +64,7 @@ class CollectivesMixin:
         _, (n,) = self._header((agree, root), root=root, root_values=(
             data.size if data is not None else 0,))
         buf = data.copy() if data is not None else numpy.empty(n, numpy.uint8)
-        _mpi.bcast_buffer(self._wire, buf, root)
+        mpi.bcast_buffer(self._wire, buf, root)
         value = obj if self.rank == root else pickle.loads(buf.tobytes())
         agreement.raise_failures([value])
         return value
@@ -81,7 +82,7 @@ class CollectivesMixin:
         """
         with self._wire.collective('allreduce'):
             MPI = self._agree_allreduce(x, op)
-            host, on_gpu = _mpi.to_host(x)
+            host, on_gpu = mpi.to_host(x)
             if host.dtype.kind == 'b' or host.dtype == numpy.float16:
                 wide = numpy.int64 if host.dtype.kind == 'b' else numpy.float32
                 buf = host.astype(wide)
@@ -89,12 +90,12 @@ class CollectivesMixin:
                 buf = numpy.array(host, copy=True, order='C')
             mpi_op = {'sum': MPI.SUM, 'mean': MPI.SUM, 'max': MPI.MAX,
                       'min': MPI.MIN, 'prod': MPI.PROD}[op]
-            _mpi.allreduce_buffer(self._wire, buf, mpi_op)
+            mpi.allreduce_buffer(self._wire, buf, mpi_op)
         if op == 'mean':
             buf = buf / self.size
         if buf.dtype != host.dtype and host.dtype.kind in 'fc':
             buf = buf.astype(host.dtype)
-        return _mpi.from_host(buf, on_gpu)
+        return mpi.from_host(buf, on_gpu)
 
     def _check_allreduce(self, x, op):
         """The header of an allreduce as a collective of its own (for a
@@ -105,20 +106,20 @@ class CollectivesMixin:
     def _agree_allreduce(self, x, op):
         self._header(attempt(_allreduce_meta, x, op),
                      _meta_error('allreduce', ('op',)))
-        return _mpi.import_mpi()
+        return mpi.import_mpi()
 
     def bcast(self, x, root=0):
         """Return ``root``'s array on every rank (``x`` ignored elsewhere)."""
         with self._wire.collective('bcast'):
-            meta = (attempt(lambda: _meta(x, 'bcast') + (_mpi.to_host(x)[1],))
+            meta = (attempt(lambda: _meta(x, 'bcast') + (mpi.to_host(x)[1],))
                     if self.rank == root else None)
             shape, dtype, on_gpu = self._bcast_pickled(meta, root)
             if self.rank == root:
-                buf = numpy.asarray(_mpi.to_host(x)[0], order='C')
+                buf = numpy.asarray(mpi.to_host(x)[0], order='C')
             else:
                 buf = numpy.empty(shape, dtype=dtype)
-            _mpi.bcast_buffer(self._wire, _mpi.as_bytes(buf), root)
-        return _mpi.from_host(buf, on_gpu) if self.rank != root else x
+            mpi.bcast_buffer(self._wire, mpi.as_bytes(buf), root)
+        return mpi.from_host(buf, on_gpu) if self.rank != root else x
 
     def allgather(self, x):
         """Stack every rank's ``x`` (same shape and dtype) along a new axis 0.
@@ -129,18 +130,18 @@ class CollectivesMixin:
         with self._wire.collective('allgather'):
             self._header(attempt(_meta, x, 'allgather'),
                          _meta_error('allgather'))
-            host, on_gpu = _mpi.to_host(x)
-            src = _mpi.as_bytes(host)
+            host, on_gpu = mpi.to_host(x)
+            src = mpi.as_bytes(host)
             out = numpy.empty((self.size,) + host.shape, dtype=host.dtype)
             dst = out.reshape(self.size, -1).view(numpy.uint8)
-            for start, stop in _mpi.chunks(src.size, self.size):
+            for start, stop in mpi.chunks(src.size, self.size):
                 if start == 0 and stop == src.size:
                     self._wire.Allgather(src, dst)
                 else:
                     part = numpy.empty((self.size, stop - start), numpy.uint8)
                     self._wire.Allgather(src[start:stop], part)
                     dst[:, start:stop] = part
-        return _mpi.from_host(out, on_gpu)
+        return mpi.from_host(out, on_gpu)
 
     def gather(self, x, root=0):
         """Stack every rank's ``x`` (same shape and dtype) on ``root``.
@@ -151,10 +152,10 @@ class CollectivesMixin:
         with self._wire.collective('gather'):
             self._header(attempt(lambda: _meta(x, 'gather') + (root,)),
                          _meta_error('gather', ('root',)))
-            host, on_gpu = _mpi.to_host(x)
+            host, on_gpu = mpi.to_host(x)
             host = numpy.asarray(host, order='C')
             if self.rank != root:
-                self._send_host(host, root, _mpi.TAG_GATHER)
+                self._send_host(host, root, mpi.TAG_GATHER)
                 return None
             out = numpy.empty((self.size,) + host.shape, dtype=host.dtype)
             rows = out.reshape(self.size, -1)
@@ -162,8 +163,8 @@ class CollectivesMixin:
                 if r == root:
                     rows[r] = host.reshape(-1)
                 else:
-                    self._recv_host(rows[r], r, _mpi.TAG_GATHER)
-        return _mpi.from_host(out, on_gpu)
+                    self._recv_host(rows[r], r, mpi.TAG_GATHER)
+        return mpi.from_host(out, on_gpu)
 
     def scatter(self, xs, root=0):
         """Rank ``r`` gets ``xs[r]``; ``xs`` (shape ``(size, ...)``) is read
@@ -172,36 +173,36 @@ class CollectivesMixin:
             if len(xs) != self.size:
                 raise ValueError('scatter: root {} passed {} rows for {} '
                                  'ranks'.format(root, len(xs), self.size))
-            return _meta(xs, 'scatter'), _mpi.to_host(xs)[1]
+            return _meta(xs, 'scatter'), mpi.to_host(xs)[1]
         with self._wire.collective('scatter'):
             meta = attempt(root_meta) if self.rank == root else None
             (shape, dtype), on_gpu = self._bcast_pickled(meta, root)
             if self.rank == root:
-                rows = numpy.asarray(_mpi.to_host(xs)[0], order='C')
+                rows = numpy.asarray(mpi.to_host(xs)[0], order='C')
                 rows = rows.reshape(self.size, -1)
                 for r in range(self.size):
                     if r != root:
                         self._send_host(rows[r], r,
-                                        _mpi.TAG_SCATTER)
+                                        mpi.TAG_SCATTER)
                 return xs[root]
             out = numpy.empty(shape[1:], dtype=dtype)
-            self._recv_host(out, root, _mpi.TAG_SCATTER)
-        return _mpi.from_host(out, on_gpu)
+            self._recv_host(out, root, mpi.TAG_SCATTER)
+        return mpi.from_host(out, on_gpu)
 
     def send(self, x, dest, tag=0):
         """Send array ``x`` to rank ``dest`` (shape and dtype travel too)."""
-        host, on_gpu = _mpi.to_host(x)
+        host, on_gpu = mpi.to_host(x)
         host = numpy.asarray(host, order='C')
-        _mpi.send_obj(self._wire, (host.shape, host.dtype.str, on_gpu), dest,
+        mpi.send_obj(self._wire, (host.shape, host.dtype.str, on_gpu), dest,
                       tag)
         self._send_host(host, dest, tag)
 
     def recv(self, source, tag=0):
         """Receive an array sent by :meth:`send` (CuPy if it was CuPy)."""
-        shape, dtype, on_gpu = _mpi.recv_obj(self._wire, source, tag)
+        shape, dtype, on_gpu = mpi.recv_obj(self._wire, source, tag)
         out = numpy.empty(shape, dtype=dtype)
         self._recv_host(out, source, tag)
-        return _mpi.from_host(out, on_gpu)
+        return mpi.from_host(out, on_gpu)
 
     # -- objects --------------------------------------------------------------
     def bcast_obj(self, obj, root=0):
@@ -214,10 +215,10 @@ class CollectivesMixin:
         with self._wire.collective('gather_obj'):
             self._header(root)
             if self.rank != root:
-                _mpi.send_obj(self._wire, obj, root, _mpi.TAG_GATHER_OBJ)
+                mpi.send_obj(self._wire, obj, root, mpi.TAG_GATHER_OBJ)
                 return None
             return [obj if r == root else
-                    _mpi.recv_obj(self._wire, r, _mpi.TAG_GATHER_OBJ)
+                    mpi.recv_obj(self._wire, r, mpi.TAG_GATHER_OBJ)
                     for r in range(self.size)]
 
     def allgather_obj(self, obj):
@@ -246,19 +247,19 @@ class CollectivesMixin:
 
     def send_obj(self, obj, dest, tag=0):
         """Send a picklable object (any size) to rank ``dest``."""
-        _mpi.send_obj(self._wire, obj, dest, tag)
+        mpi.send_obj(self._wire, obj, dest, tag)
 
     def recv_obj(self, source, tag=0):
         """Receive an object sent by :meth:`send_obj`."""
-        return _mpi.recv_obj(self._wire, source, tag)
+        return mpi.recv_obj(self._wire, source, tag)
 
     # -- helpers --------------------------------------------------------------
     def _send_host(self, a, dest, tag):
-        flat = _mpi.as_bytes(a)
-        for start, stop in _mpi.chunks(flat.size, 1):
+        flat = mpi.as_bytes(a)
+        for start, stop in mpi.chunks(flat.size, 1):
             self._wire.Send(flat[start:stop], dest=dest, tag=tag)
 
     def _recv_host(self, out, source, tag):
         flat = out.reshape(-1).view(numpy.uint8)
-        for start, stop in _mpi.chunks(flat.size, 1):
+        for start, stop in mpi.chunks(flat.size, 1):
             self._wire.Recv(flat[start:stop], source=source, tag=tag)

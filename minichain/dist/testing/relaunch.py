@@ -28,15 +28,15 @@ import traceback
 
 import pytest
 
-from minichain.dist import _pytest_reports as reports
-from minichain.dist import _shm_files
+from minichain.dist.testing import reports
+from minichain.dist.transports import shm_files
 from minichain.dist import launcher
 
 ENV_JOB = 'MINICHAIN_PYTEST_JOB'
 ENV_STALL = 'MINICHAIN_STALL_TIMEOUT'
 _THREAD_VARIABLES = ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS',
                      'MKL_NUM_THREADS')
-_PLUGIN = 'minichain.dist.pytest_plugin'
+_PLUGIN = 'minichain.dist.testing.pytest_plugin'
 _TAIL_LINES = 40
 
 
@@ -57,7 +57,7 @@ def abort_job():
     if MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized():
         sys.stdout.flush()
         sys.stderr.flush()
-        _shm_files.before_abort()  # what MPI_Abort skips
+        shm_files.before_abort()  # what MPI_Abort skips
         MPI.COMM_WORLD.Abort(1)
         os._exit(1)  # MPICH returns when another rank's abort ends the job
 
@@ -177,7 +177,7 @@ def run(item, k, spec):
         return _run(item, k, spec, start)
     except Exception:
         return _reports(item, reports.Result(
-            'failed', 'setup', '{}: minichain.dist.pytest_plugin failed:\n{}'
+            'failed', 'setup', '{}: minichain.dist.testing.pytest_plugin failed:\n{}'
             .format(item.nodeid, traceback.format_exc()), [], None),
             time.monotonic() - start)
 

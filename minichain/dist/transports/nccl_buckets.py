@@ -1,4 +1,4 @@
-"""The buckets of an overlapped averaging (:mod:`minichain.dist.overlap`)
+"""The buckets of an overlapped averaging (:mod:`minichain.dist.averaging.overlap`)
 on GPUs, with NCCL: the pure_nccl and hierarchical communicators' transports.
 
 Backward launches its kernels on the current (compute) stream. When a
@@ -15,7 +15,7 @@ the compute stream while the side stream still reads it.
 import numpy
 
 from minichain import backend
-from minichain.dist import timeline
+from minichain.dist.trace import timeline
 from minichain.dist.pure_nccl import (BFLOAT16, from_bfloat16_bits,
                                       nccl_dtype, nccl_module,
                                       to_bfloat16_bits)
@@ -175,7 +175,7 @@ class HierarchicalBuckets(NcclBuckets):
         """Move the leader's buckets through the host stages, in order:
         without ``until`` only as far as nothing has to be waited for;
         else waiting, until ``until`` is through."""
-        from minichain.dist import _mpi
+        from minichain.dist.transports import mpi
         from minichain.dist.hierarchical import narrow, widen
         block = until is not None
         while self.queue:
@@ -189,7 +189,7 @@ class HierarchicalBuckets(NcclBuckets):
                                       on_stall=self.comm._abort_nccl)
                 self.copy.wait_event(work.reduced)
                 work.host = widen(work.wire.get(stream=self.copy))
-                work.requests = _mpi.iallreduce_buffer(self.inter, work.host)
+                work.requests = mpi.iallreduce_buffer(self.inter, work.host)
             if not self.inter.test(list(work.requests)):
                 if not block:
                     return

@@ -4,7 +4,7 @@ The lazy mpi4py import (so that ``from minichain import dist`` works without
 MPI), and byte messages of any size: MPI counts are C ints, so a message of
 2 GiB or more is sent as a sequence of chunks below that limit. The helpers
 use mpi4py's buffer methods only (``Bcast``, ``Allreduce``, ``Send``,
-``Recv``), which a :class:`~minichain.dist.watchdog.Wire` mirrors.
+``Recv``), which a :class:`~minichain.dist.guards.watchdog.Wire` mirrors.
 """
 import os
 import pickle
@@ -115,7 +115,7 @@ def allreduce_buffer(comm, buf, op):
 
 def iallreduce_buffer(wire, buf):
     """Post the in-place sum of the host array ``buf`` on ``wire`` (a
-    :class:`~minichain.dist.watchdog.Wire`) as non-blocking Allreduces,
+    :class:`~minichain.dist.guards.watchdog.Wire`) as non-blocking Allreduces,
     chunked below 2 GiB; returns their requests."""
     MPI = import_mpi()
     flat = buf.reshape(-1)
@@ -126,7 +126,7 @@ def iallreduce_buffer(wire, buf):
 def send_bytes(comm, data, dest, tag=0):
     """Send ``bytes`` of any length to ``dest`` (length first, then chunks).
 
-    ``comm`` is an mpi4py communicator or a :class:`~minichain.dist.watchdog.
+    ``comm`` is an mpi4py communicator or a :class:`~minichain.dist.guards.watchdog.
     Wire` (only ``Send``/``Recv`` are used, so that a Wire can watch them)."""
     buf = numpy.frombuffer(data, dtype=numpy.uint8)
     comm.Send(numpy.array([buf.size], numpy.int64), dest=dest, tag=tag)

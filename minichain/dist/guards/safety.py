@@ -1,9 +1,9 @@
 """Safety that keeps a data-parallel job from hanging or silently diverging.
 
 Three guards, all on by default (the stall watchdog, the fourth, lives in
-:mod:`minichain.dist.watchdog`):
+:mod:`minichain.dist.guards.watchdog`):
 
-* **The header** of every collective (:mod:`minichain.dist.agreement`):
+* **The header** of every collective (:mod:`minichain.dist.guards.agreement`):
   ranks that called different collectives, or passed different arguments,
   all raise the same error instead of hanging.
 * **Same-model check.** Before every gradient allreduce and every
@@ -25,8 +25,9 @@ import traceback
 
 import numpy
 
-from minichain.dist import _mpi, watchdog
-from minichain.dist.agreement import (  # noqa: F401 - also public here
+from minichain.dist.transports import mpi
+from minichain.dist.guards import watchdog
+from minichain.dist.guards.agreement import (  # noqa: F401 - also public here
     CollectiveMismatchError, Failure, attempt, by_rank, format_ranks, header,
     layout_hash)
 
@@ -73,13 +74,13 @@ def _abort_hook(exc_type, exc, tb):
     watchdog.note_uncaught(exc_type)
     if not abort_on_exception_enabled():
         return previous(exc_type, exc, tb)
-    MPI = _mpi.import_mpi()
+    MPI = mpi.import_mpi()
     if MPI.Is_finalized() or MPI.COMM_WORLD.size == 1:
         return previous(exc_type, exc, tb)
     prefix = '[rank {}] '.format(MPI.COMM_WORLD.rank)
     text = ''.join(traceback.format_exception(exc_type, exc, tb))
     text += ('uncaught exception: aborting the MPI job so that the other ranks '
-             'do not hang (set {}=1 or call minichain.dist.safety.'
+             'do not hang (set {}=1 or call minichain.dist.guards.safety.'
              'set_abort_on_exception(False) to turn this off)\n'
              .format(ENV_NO_ABORT))
     try:
@@ -229,7 +230,7 @@ def plan_grads(wire, named_params, zero_fill, extra=(), step=None,
     n_missing, *joined = agree(wire, param_layout(named_params) + list(extra),
                                'multi_node_mean_grad', int(missing.sum()),
                                step, flags)
-    MPI = _mpi.import_mpi()
+    MPI = mpi.import_mpi()
     n_active = wire.size
     if joined and joined[0]:  # some rank ran out of data: count the others
         if not joined[1]:

@@ -29,7 +29,7 @@ the OpenBLAS/MKL ones) = cores / k, unless they are set already.
 
 A bare ``@pytest.mark.mpi`` (no arguments) only labels a test that starts
 MPI itself; ``-m "not mpi"`` deselects both kinds. Turn the plugin off with
-``-p no:minichain.dist.pytest_plugin``.
+``-p no:minichain.dist.testing.pytest_plugin``.
 """
 import faulthandler
 import os
@@ -38,10 +38,10 @@ import time
 
 import pytest
 
-from minichain.dist import _pytest_reports as reports
-from minichain.dist import _pytest_relaunch as relaunch
-from minichain.dist import _shm_files
-from minichain.dist._mpi import TAG_TEST_ACK, TAG_TEST_RECORD
+from minichain.dist.testing import reports
+from minichain.dist.testing import relaunch
+from minichain.dist.transports import shm_files
+from minichain.dist.transports.mpi import TAG_TEST_ACK, TAG_TEST_RECORD
 
 MARK = 'mpi'
 DEFAULT_TIMEOUT = 300.0
@@ -133,7 +133,7 @@ class InJob:
             from mpi4py import MPI
             self.comm = MPI.COMM_WORLD.Dup()
             # A test's job may be killed at its timeout: no files left.
-            _shm_files.release_after_init(self.comm, MPI.COMM_WORLD)
+            shm_files.release_after_init(self.comm, MPI.COMM_WORLD)
 
     def exchange(self, item, report):
         """Send this phase's outcome to rank 0; there, fold every rank's
@@ -221,7 +221,7 @@ def _wait_for(ready, seconds):
 def pytest_configure(config):
     config.addinivalue_line(
         'markers', 'mpi(ranks=[2, 3], timeout=300): run the test as an MPI '
-        'job of each rank count (minichain.dist.pytest_plugin); a bare mpi '
+        'job of each rank count (minichain.dist.testing.pytest_plugin); a bare mpi '
         'mark only labels a test that starts MPI itself')
     if os.environ.get(relaunch.ENV_JOB):
         state = relaunch.Rank(os.environ.pop(relaunch.ENV_JOB),

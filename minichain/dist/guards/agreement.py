@@ -17,7 +17,7 @@ import zlib
 
 import numpy
 
-from minichain.dist import _mpi
+from minichain.dist.transports import mpi
 
 HEADER_SIZE = 16
 N_MAXES, N_ROOT = 4, 6     # header slots: combined by max, set by the root
@@ -91,7 +91,7 @@ def header(wire, agree=None, on_mismatch=None, maxes=(), root=None,
     the max of its negation.
 
     Args:
-        wire: the communicator's :class:`~minichain.dist.watchdog.Wire`,
+        wire: the communicator's :class:`~minichain.dist.guards.watchdog.Wire`,
             inside its ``collective(kind)`` block.
         agree: a picklable value every rank must hold equal (compared by a
             hash of its repr; may hold :class:`Failure` s).
@@ -118,7 +118,7 @@ def header(wire, agree=None, on_mismatch=None, maxes=(), root=None,
     if wire.size > 1:
         code, h = _code(kind), layout_hash(agree)
         v[:6] = code, -code, seq, -seq, h, -h
-        MPI = _mpi.import_mpi()
+        MPI = mpi.import_mpi()
         wire.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
         if v[0] != -v[1] or v[2] != -v[3]:
             calls = wire.allgather_obj((wire.describe(), seq, agree if (

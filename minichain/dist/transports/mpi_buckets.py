@@ -1,4 +1,4 @@
-"""The buckets of an overlapped averaging (:mod:`minichain.dist.overlap`)
+"""The buckets of an overlapped averaging (:mod:`minichain.dist.averaging.overlap`)
 over MPI: the flat communicator's transport (and any communicator's on the
 host).
 
@@ -13,7 +13,8 @@ staged through host memory, as the flat communicator does.
 import numpy
 
 from minichain import backend
-from minichain.dist import _mpi, _packing, timeline
+from minichain.dist.transports import mpi, packing
+from minichain.dist.trace import timeline
 
 
 class MpiBuckets:
@@ -27,7 +28,7 @@ class MpiBuckets:
 
     def dtypes(self, entries):
         """``(buffer dtype, bytes per element on the wire)``."""
-        dtype = _packing.grad_dtype([(n, p, None) for n, p in entries],
+        dtype = packing.grad_dtype([(n, p, None) for n, p in entries],
                                     self.grad_dtype)
         return dtype, dtype.itemsize
 
@@ -49,7 +50,7 @@ class MpiBuckets:
                 with backend.cuda_device(self.device):
                     bucket.packer.pack(bucket.buf, scale)
                     bucket.buf.get(out=host)
-        bucket.work = (host, _mpi.iallreduce_buffer(self.wire, host))
+        bucket.work = (host, mpi.iallreduce_buffer(self.wire, host))
 
     def test(self, bucket):
         return self.wire.test(bucket.work[1])

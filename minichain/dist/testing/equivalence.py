@@ -3,7 +3,7 @@
 Call :func:`assert_data_parallel_equivalent` inside your own test on K >= 2
 ranks: mark the test ``@pytest.mark.mpi(ranks=[2, 3])`` and plain ``pytest``
 runs it under ``mpiexec -n 2`` and ``-n 3``
-(:mod:`minichain.dist.pytest_plugin`, docs/testing.md). It proves that
+(:mod:`minichain.dist.testing.pytest_plugin`, docs/testing.md). It proves that
 your model, loss and optimizer train the same on K ranks as on one process
 with the whole batch, which catches a model that is not the same on every
 rank, per-rank batch statistics, a loss that is summed instead of averaged,

@@ -1,5 +1,5 @@
 """What a waiting rank makes of the other ranks' notes (the stall watchdog,
-:mod:`minichain.dist.watchdog`): whether its wait can still complete, and
+:mod:`minichain.dist.guards.watchdog`): whether its wait can still complete, and
 the lines it prints when it ends the job.
 
 A note is a dict: ``state`` (``'waiting'``, ``'done'`` or ``'left'``),
@@ -80,7 +80,7 @@ def verdict(mine, peers, rank, notice, elsewhere=None):
 
 
 def report(wire, waited, conclusion):
-    """The report of ``wire`` (a :class:`~minichain.dist.watchdog.Wire`
+    """The report of ``wire`` (a :class:`~minichain.dist.guards.watchdog.Wire`
     that gives up after ``waited`` seconds): its wait, what each other
     rank was last seen doing, the ``conclusion`` (None: the stall timeout)
     and a hint where one fits."""

@@ -1,6 +1,6 @@
 """Each rank's outcome of one test, and the one report made of them all.
 
-The pytest plugin (:mod:`minichain.dist.pytest_plugin`) turns every rank's
+The pytest plugin (:mod:`minichain.dist.testing.pytest_plugin`) turns every rank's
 ``TestReport`` of a phase (setup, call, teardown) into a small dict, a
 *record* that travels as JSON (a relaunched job's files) or over MPI (a job
 started by the user), and :func:`combine` turns the records of all ranks
@@ -10,7 +10,7 @@ which did not finish and where they were.
 """
 import collections
 
-from minichain.dist.safety import format_ranks
+from minichain.dist.guards.safety import format_ranks
 
 PHASES = ('collect', 'setup', 'call', 'teardown')
 _WHERE = {'collect': 'while collecting', 'setup': 'in setup',

@@ -16,7 +16,7 @@ the non-blocking form of each call and waits for it in a loop of
   is done. A rank whose program ends (a normal return, ``sys.exit``, an
   uncaught exception with the abort hook off) sends a last note from an
   ``atexit`` hook: "left after collective #N". Waiting ranks read the notes.
-* **Verdicts** (:mod:`minichain.dist._stall_notes`). From the notes a
+* **Verdicts** (:mod:`minichain.dist.guards.stall_notes`). From the notes a
   waiting rank concludes within seconds that its collective cannot
   complete: a rank left before joining it, or a rank waits for something
   that needs this rank while this rank waits here (a waiting rank reads
@@ -37,7 +37,7 @@ plus the last collective every rank passed is what the report shows.
 
 Collectives of different kinds (allreduce on one rank, bcast on another)
 are caught earlier, without waiting: every collective opens with the same
-small header (:func:`minichain.dist.agreement.header`) carrying its kind and
+small header (:func:`minichain.dist.guards.agreement.header`) carrying its kind and
 sequence number, so the ranks meet there whatever each called.
 
 Before that, a rank that has waited ``MINICHAIN_STALL_WARN`` seconds
@@ -62,7 +62,8 @@ import weakref
 
 import numpy
 
-from minichain.dist import _mpi, _shm_files, _stall_notes
+from minichain.dist.transports import mpi, shm_files
+from minichain.dist.guards import stall_notes
 
 ENV = 'MINICHAIN_STALL_TIMEOUT'
 DEFAULT_TIMEOUT = 600.0
@@ -120,10 +121,10 @@ def abort(status):
         sys.stderr.flush()
         # What MPI_Abort skips; before the pause, since a rank that aborts
         # at the same time may kill this one meanwhile.
-        _shm_files.before_abort()
+        shm_files.before_abort()
         time.sleep(ABORT_DELAY)
     finally:
-        _mpi.import_mpi().COMM_WORLD.Abort(status)
+        mpi.import_mpi().COMM_WORLD.Abort(status)
         # MPICH returns when another rank's abort is already ending the job;
         # this process ends here too, as MPI_Abort would have ended it (its
         # Python exit would redo the cleanup above and fail on it).
@@ -174,7 +175,7 @@ class Wire:
         self.on_stall = None       # run before giving up (see wait_until)
         if self.polling and self.size > 1:
             self.side = self.comm.Dup()
-            world = _mpi.import_mpi().COMM_WORLD.Get_group()
+            world = mpi.import_mpi().COMM_WORLD.Get_group()
             self.members = tuple(self.comm.Get_group().Translate_ranks(
                 list(range(self.size)), world))
             _install_exit_note()
@@ -258,7 +259,7 @@ class Wire:
         """Whether every request has completed; each call lets MPI progress
         them (MPICH moves a non-blocking collective on only inside MPI
         calls)."""
-        return _mpi.import_mpi().Request.Testall(requests)
+        return mpi.import_mpi().Request.Testall(requests)
 
     def wait(self, request):
         """Wait for a request of :meth:`Iallreduce`, watched as the blocking
@@ -275,7 +276,7 @@ class Wire:
         self.Allgather(numpy.array([data.size], numpy.int64), sizes)
         out = numpy.empty(int(sizes.sum()), numpy.uint8)
         offsets = numpy.concatenate([[0], numpy.cumsum(sizes)[:-1]])
-        self.Allgatherv(data, [out, sizes, offsets, _mpi.import_mpi().BYTE])
+        self.Allgatherv(data, [out, sizes, offsets, mpi.import_mpi().BYTE])
         return [pickle.loads(out[o:o + n].tobytes())
                 for o, n in zip(offsets, sizes)]
 
@@ -350,7 +351,7 @@ class Wire:
                         self._post(dict(self.waiting, state='waiting',
                                         waited=waited))
                         posted = True
-                    found = _stall_notes.verdict(self.waiting, self.peers,
+                    found = stall_notes.verdict(self.waiting, self.peers,
                                                  self.rank, self.notice,
                                                  self.elsewhere)
                     if found is None or verdict is None or (
@@ -358,7 +359,7 @@ class Wire:
                         verdict = found and (found[0], now + found[1])
                     if verdict is not None and now >= verdict[1]:
                         self._give_up(waited, verdict[0])
-                if waited > self.timeout + _stall_notes.defer(
+                if waited > self.timeout + stall_notes.defer(
                         self.waiting, self.peers, self.rank, self.notice):
                     self._give_up(waited, None)
                 if waited > SPIN:
@@ -392,15 +393,15 @@ class Wire:
         self.outbox = [(q, d) for q, d in self.outbox if not q.Test()]
         for r in range(self.size):
             if r != self.rank:
-                request = self.side.Isend(data, dest=r, tag=_mpi.TAG_NOTE)
+                request = self.side.Isend(data, dest=r, tag=mpi.TAG_NOTE)
                 self.outbox.append((request, data))
 
     def _read_notes(self):
-        MPI = _mpi.import_mpi()
+        MPI = mpi.import_mpi()
         status = MPI.Status()
-        while self.side.Iprobe(MPI.ANY_SOURCE, _mpi.TAG_NOTE, status):
+        while self.side.Iprobe(MPI.ANY_SOURCE, mpi.TAG_NOTE, status):
             buf = bytearray(status.Get_count(MPI.BYTE))
-            self.side.Recv(buf, source=status.Get_source(), tag=_mpi.TAG_NOTE)
+            self.side.Recv(buf, source=status.Get_source(), tag=mpi.TAG_NOTE)
             note = pickle.loads(bytes(buf))
             note['received'] = time.monotonic()
             self.peers[status.Get_source()] = note
@@ -413,7 +414,7 @@ class Wire:
                     w.side is not None and w.members == self.members]
         for wire in siblings:
             wire._read_notes()
-        self.elsewhere = _stall_notes.newest_elsewhere(self.peers,
+        self.elsewhere = stall_notes.newest_elsewhere(self.peers,
                                                        siblings)
 
     def _leave(self, reason):
@@ -434,10 +435,10 @@ class Wire:
     def _warn(self, waited):
         if self.side is None or self.waiting is None or waited >= self.timeout:
             return
-        if _stall_notes.defer(self.waiting, self.peers, self.rank,
+        if stall_notes.defer(self.waiting, self.peers, self.rank,
                               self.notice):
             return  # a lower rank waiting in the same collective warns
-        line = _stall_notes.warning(self, waited)
+        line = stall_notes.warning(self, waited)
         sys.stderr.write('[rank {}] {}warning: {}; the job ends after {:g} s '
                          '({}; {}={:g} s between warnings)\n'.format(
                              self.rank, PREFIX, line, self.timeout, ENV,
@@ -445,7 +446,7 @@ class Wire:
         sys.stderr.flush()
 
     def _give_up(self, waited, verdict):
-        lines = _stall_notes.report(self, waited, verdict)
+        lines = stall_notes.report(self, waited, verdict)
         if self.on_stall is not None:
             try:
                 lines.append(self.on_stall())
@@ -472,7 +473,7 @@ def _install_exit_note():
 
 def _announce_exit():
     try:
-        MPI = _mpi.import_mpi()
+        MPI = mpi.import_mpi()
         if MPI.Is_finalized():
             return
     except ImportError:

@@ -14,7 +14,7 @@ While recording, every rank notes the start and end of ``forward``,
 (the agreement header before an averaging after backward: where a rank
 that finished backward early waits for the slower one), ``pack``,
 ``allreduce``, ``unpack`` and ``bcast`` (timed by the communicators), with
-the bytes moved; an overlapped averaging (:mod:`minichain.dist.overlap`)
+the bytes moved; an overlapped averaging (:mod:`minichain.dist.averaging.overlap`)
 adds the instant each gradient is final (``grad``) and each bucket is
 complete (``ready``), each bucket's ``bucket`` (from its launch to the
 moment its completion was seen) and the ``wait`` for the last ones after
@@ -117,12 +117,12 @@ class Recorder:
         if self.size == 1:
             per_rank = [mine]
         else:
-            from minichain.dist import _mpi
+            from minichain.dist.transports import mpi
             if self.rank != 0:
-                _mpi.send_obj(self._comm, mine, 0, tag=_mpi.TAG_TIMELINE)
+                mpi.send_obj(self._comm, mine, 0, tag=mpi.TAG_TIMELINE)
                 return None
             per_rank = [mine] + [
-                _mpi.recv_obj(self._comm, r, tag=_mpi.TAG_TIMELINE)
+                mpi.recv_obj(self._comm, r, tag=mpi.TAG_TIMELINE)
                 for r in range(1, self.size)]
         trace = to_trace(per_rank)
         tmp = '{}.tmp{}'.format(self.path, os.getpid())
@@ -248,7 +248,7 @@ def to_trace(per_rank):
                            'args': args})
     return {'traceEvents': events, 'displayTimeUnit': 'ms',
             'otherData': {'ranks': len(per_rank),
-                          'producer': 'minichain.dist.timeline'}}
+                          'producer': 'minichain.dist.trace.timeline'}}
 
 
 def _by_rank(trace, name):
@@ -345,9 +345,9 @@ def _row(label, nbytes, us, factor):
 
 def _world():
     """MPI.COMM_WORLD, or a one-rank stand-in without mpi4py."""
-    from minichain.dist import _mpi
+    from minichain.dist.transports import mpi
     try:
-        return _mpi.import_mpi().COMM_WORLD
+        return mpi.import_mpi().COMM_WORLD
     except ImportError:
         return _Alone()
 

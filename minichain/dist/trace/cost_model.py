@@ -54,8 +54,8 @@ def measure(comm, nbytes=1 << 20, repeat=5):
     p = mpi.size
     if p == 1:
         return None
-    from minichain.dist import _mpi
-    MPI = _mpi.import_mpi()
+    from minichain.dist.transports.mpi import import_mpi
+    MPI = import_mpi()
     times = []
     for n in (1, max(1, nbytes // 4)):
         buf = numpy.zeros(n, dtype=numpy.float32)
@@ -77,7 +77,7 @@ def _itemsize(dtype):
 
 def _messages(comm, rows, on_gpu, dtype):
     """``[(nbytes, ranks, medium)]`` that one step sends, and a description."""
-    from minichain.dist import _mpi
+    from minichain.dist.transports import mpi
     from minichain.dist.flat import PIPELINE_BYTES
     name, p = comm.name, comm.size
     total = sum(r[3] for r in rows)
@@ -91,8 +91,8 @@ def _messages(comm, rows, on_gpu, dtype):
         return ([(total, intra, 'nccl'), (total, inter, 'mpi')],
                 'NCCL reduce + broadcast in each node ({} ranks), MPI '
                 'Allreduce between {} nodes'.format(intra, inter))
-    chunk = _mpi.CHUNK_BYTES if on_gpu else min(PIPELINE_BYTES,
-                                                _mpi.CHUNK_BYTES)
+    chunk = mpi.CHUNK_BYTES if on_gpu else min(PIPELINE_BYTES,
+                                                mpi.CHUNK_BYTES)
     chunk = max(1, chunk // _itemsize(dtype)) * _itemsize(dtype)
     sizes = [min(chunk, total - lo) for lo in range(0, total, chunk)]
     how = ('MPI Allreduce of the packed buffer in {} chunk{} of at most {:,} '

@@ -1,0 +1,14 @@
+"""Transports: how bytes move between ranks, below the protocol.
+
+* :mod:`~minichain.dist.transports.mpi` -- the lazy mpi4py import, tags.
+* :mod:`~minichain.dist.transports.collectives` -- array and object
+  collectives (bcast, gather, allreduce of host arrays) every communicator
+  shares.
+* :mod:`~minichain.dist.transports.packing` -- gradients into one
+  contiguous buffer and back.
+* :mod:`~minichain.dist.transports.mpi_buckets`,
+  :mod:`~minichain.dist.transports.nccl_buckets` -- the buckets of an
+  overlapped averaging over MPI and NCCL.
+* :mod:`~minichain.dist.transports.shm_files` -- MPICH's shared-memory
+  files, unlinked early.
+"""
