@@ -26,6 +26,7 @@ import sys
 _COMMUNICATORS = {
     'naive': ('minichain.dist.naive', 'NaiveCommunicator'),
     'flat': ('minichain.dist.flat', 'FlatCommunicator'),
+    'ring': ('minichain.dist.ring', 'RingCommunicator'),
     'pure_nccl': ('minichain.dist.pure_nccl', 'PureNcclCommunicator'),
     'hierarchical': ('minichain.dist.hierarchical',
                      'HierarchicalCommunicator'),
@@ -146,7 +147,9 @@ def create_communicator(communicator_name='auto', mpi_comm=None,
 
     Args:
         communicator_name: ``'naive'`` (one MPI Allreduce per parameter),
-            ``'flat'`` (one packed MPI Allreduce), ``'pure_nccl'`` (NCCL on
+            ``'flat'`` (one packed MPI Allreduce), ``'ring'`` (flat's
+            packed buffer summed by a ring allreduce written in Python,
+            to be read: :mod:`minichain.dist.ring`), ``'pure_nccl'`` (NCCL on
             the GPUs), ``'hierarchical'`` (NCCL in a node, MPI between
             nodes), or ``'auto'``: ``'pure_nccl'`` when every rank can
             use NCCL on a GPU of its own, else ``'flat'`` (rank 0 then says
@@ -158,7 +161,8 @@ def create_communicator(communicator_name='auto', mpi_comm=None,
         overlap, bucket_mb: the defaults of the multi-node optimizers made
             with this communicator: average gradients in buckets of about
             ``bucket_mb`` MiB while backward runs (see
-            :func:`create_multi_node_optimizer`); not with ``'naive'``.
+            :func:`create_multi_node_optimizer`); not with ``'naive'`` or
+            ``'ring'``.
     Returns:
         A :class:`~minichain.dist.communicator_base.CommunicatorBase`.
     Raises:
