@@ -30,6 +30,7 @@ import numpy
 
 import minichain
 from minichain import dist, host
+from minichain.dist import ring as ring_module
 from minichain.dist.flat import PIPELINE_BYTES
 
 SIZES = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 100 << 20,
@@ -147,7 +148,8 @@ def ring_table(world, ring, sizes):
         send, recv = numpy.ones(n, numpy.float32), numpy.empty(n, numpy.float32)
         fns = [lambda: world.mpi_comm.Allreduce(MPI.IN_PLACE, buf),
                lambda: ring._sum_across_ranks(buf),
-               lambda: ring._exchange(send, recv)]
+               lambda: [ring._wire.wait(q) for q in
+                        ring_module.exchange(ring._wire, send, recv)]]
         t_mpi, t_ring, t_step = _timed(world, fns, reps)
         if world.rank != 0:
             continue

@@ -161,8 +161,7 @@ def create_communicator(communicator_name='auto', mpi_comm=None,
         overlap, bucket_mb: the defaults of the multi-node optimizers made
             with this communicator: average gradients in buckets of about
             ``bucket_mb`` MiB while backward runs (see
-            :func:`create_multi_node_optimizer`); not with ``'naive'`` or
-            ``'ring'``.
+            :func:`create_multi_node_optimizer`); not with ``'naive'``.
     Returns:
         A :class:`~minichain.dist.communicator_base.CommunicatorBase`.
     Raises:

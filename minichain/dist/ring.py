@@ -46,7 +46,11 @@ the flat communicator.
 Everything else (parameter broadcast, the headers and agreement checks,
 the model checks, join, the NaN check, staging CuPy gradients through the
 host, the pipeline chunks) is the flat communicator's: only
-``_sum_across_ranks`` differs. Every wait goes through the communicator's
+``_sum_across_ranks`` differs, and with ``overlap`` the buckets go round
+the ring too (:class:`RingBuckets`). The two phases are written once, in
+:func:`ring_steps`, a generator that yields after posting each step: the
+blocking sum waits for each step at once, an overlapped bucket whenever
+the gradient hooks look. Every wait goes through the communicator's
 :class:`~minichain.dist.watchdog.Wire`, so a rank that stops sending is
 named by the stall watchdog, and each step is a ``reduce-scatter`` or
 ``allgather`` span on the timeline (inside flat's ``allreduce`` span).
@@ -54,6 +58,7 @@ named by the stall watchdog, and each step is a ``reduce-scatter`` or
 import numpy
 
 from minichain.dist import _mpi, timeline
+from minichain.dist._mpi_buckets import MpiBuckets
 from minichain.dist.flat import FlatCommunicator
 
 
@@ -68,12 +73,10 @@ class RingCommunicator(FlatCommunicator):
     """Averages gradients like the flat communicator, but sums the packed
     buffer with a ring allreduce of its own (reduce-scatter, then
     allgather, over point-to-point messages) instead of MPI's
-    ``Allreduce``; see the module docstring. Not with ``overlap``: the
-    buckets of an overlapped averaging would go through MPI's own
-    ``Iallreduce``, not this ring."""
+    ``Allreduce``; see the module docstring. With ``overlap``, each bucket
+    goes round the ring too (:class:`RingBuckets`)."""
 
     name = 'ring'
-    can_overlap = False
 
     def __init__(self, mpi_comm=None, allreduce_grad_dtype=None):
         super().__init__(mpi_comm, allreduce_grad_dtype)
@@ -81,57 +84,133 @@ class RingCommunicator(FlatCommunicator):
 
     def _sum_across_ranks(self, buf):
         """Replace the 1-d host array ``buf`` by its sum over all ranks, in
-        place, around the ring."""
-        size, rank = self.size, self.rank
-        bounds = chunk_bounds(buf.size, size)
+        place, around the ring: each step waits for its messages before
+        the next one begins."""
+        self._inbox = grown(self._inbox, buf.dtype, buf.size, self.size)
+        for requests in ring_steps(self._wire, buf, self._inbox):
+            for request in requests:
+                self._wire.wait(request)
 
-        def chunk(c):
-            c %= size
-            return buf[bounds[c]:bounds[c + 1]]
+    def _bucket_transport(self, device):
+        return RingBuckets(self._bucket_wire(), device,
+                           self.allreduce_grad_dtype)
 
-        inbox = self._inbox_for(buf.dtype, bounds)
-        # Phase 1, reduce-scatter (N - 1 steps): chunk r - s goes right,
-        # chunk r - s - 1 comes from the left and is added to ours.
-        for s in range(size - 1):
-            out, mine = chunk(rank - s), chunk(rank - s - 1)
-            theirs = inbox[:mine.size]
-            with timeline.span('reduce-scatter', out.nbytes):
-                self._exchange(out, theirs)
-                numpy.add(mine, theirs, out=mine)
-        # Now chunk rank + 1 holds the sum of every rank's terms.
-        # Phase 2, allgather (N - 1 steps): finished chunk r + 1 - s goes
-        # right, finished chunk r - s comes from the left, into place.
-        for s in range(size - 1):
-            out, into = chunk(rank + 1 - s), chunk(rank - s)
-            with timeline.span('allgather', out.nbytes):
-                self._exchange(out, into)
 
-    def _exchange(self, send, recv):
-        """One step: send ``send`` to the right neighbour while receiving
-        ``recv`` from the left one.
+def ring_steps(wire, buf, inbox):
+    """The ring allreduce of the 1-d host array ``buf`` over the ranks of
+    ``wire`` (a :class:`~minichain.dist.watchdog.Wire`), step by step.
 
-        Both are posted before either is waited for: a blocking send first
-        would wait for the right neighbour, which sends first too, all
-        round the circle. They travel as bytes (an MPI without a float16
-        type moves them too), in pieces below ``_mpi.CHUNK_BYTES``; the
-        two ends cut a chunk alike, since both know its size. The waits
-        are the Wire's: the stall watchdog names a rank that stops
-        sending.
-        """
-        right, left = (self.rank + 1) % self.size, (self.rank - 1) % self.size
-        requests = []
-        for start, stop in _mpi.chunks(recv.nbytes, 1):
-            requests.append(self._wire.Irecv(_mpi.as_bytes(recv)[start:stop],
-                                             left, _mpi.TAG_RING))
-        for start, stop in _mpi.chunks(send.nbytes, 1):
-            requests.append(self._wire.Isend(_mpi.as_bytes(send)[start:stop],
-                                             right, _mpi.TAG_RING))
-        for request in requests:
-            self._wire.wait(request)
+    A generator: each step posts its send and its receive and yields their
+    requests; resumed once they have completed, it adds what it received
+    (reduce-scatter) and posts the next step. ``inbox`` holds at least the
+    largest chunk: where the reduce-scatter receives.
+    """
+    size, rank = wire.size, wire.rank
+    bounds = chunk_bounds(buf.size, size)
 
-    def _inbox_for(self, dtype, bounds):
-        """A scratch buffer for the largest chunk, reused across calls."""
-        n = max(b - a for a, b in zip(bounds, bounds[1:]))
-        if self._inbox.dtype != dtype or self._inbox.size < n:
-            self._inbox = numpy.empty(n, dtype)
-        return self._inbox
+    def chunk(c):
+        c %= size
+        return buf[bounds[c]:bounds[c + 1]]
+
+    # Phase 1, reduce-scatter (N - 1 steps): chunk r - s goes right,
+    # chunk r - s - 1 comes from the left and is added to ours.
+    for s in range(size - 1):
+        out, mine = chunk(rank - s), chunk(rank - s - 1)
+        theirs = inbox[:mine.size]
+        with timeline.span('reduce-scatter', out.nbytes):
+            yield exchange(wire, out, theirs)
+            numpy.add(mine, theirs, out=mine)
+    # Now chunk rank + 1 holds the sum of every rank's terms.
+    # Phase 2, allgather (N - 1 steps): finished chunk r + 1 - s goes
+    # right, finished chunk r - s comes from the left, into place.
+    for s in range(size - 1):
+        out, into = chunk(rank + 1 - s), chunk(rank - s)
+        with timeline.span('allgather', out.nbytes):
+            yield exchange(wire, out, into)
+
+
+def exchange(wire, send, recv):
+    """Post one step: ``send`` to the right neighbour and ``recv`` from the
+    left one; returns the requests.
+
+    Both are posted before either is waited for: a blocking send first
+    would wait for the right neighbour, which sends first too, all round
+    the circle. They travel as bytes (an MPI without a float16 type moves
+    them too), in pieces below ``_mpi.CHUNK_BYTES``; the two ends cut a
+    chunk alike, since both know its size. The caller waits through the
+    Wire, so that the stall watchdog names a rank that stops sending.
+    """
+    right, left = (wire.rank + 1) % wire.size, (wire.rank - 1) % wire.size
+    requests = []
+    for start, stop in _mpi.chunks(recv.nbytes, 1):
+        requests.append(wire.Irecv(_mpi.as_bytes(recv)[start:stop], left,
+                                   _mpi.TAG_RING))
+    for start, stop in _mpi.chunks(send.nbytes, 1):
+        requests.append(wire.Isend(_mpi.as_bytes(send)[start:stop], right,
+                                   _mpi.TAG_RING))
+    return requests
+
+
+def grown(inbox, dtype, n, size):
+    """``inbox``, or a new one when it is too small for the largest chunk
+    of an ``n``-element buffer over ``size`` ranks (reused across calls)."""
+    largest = -(-n // size)
+    if inbox.dtype != dtype or inbox.size < largest:
+        inbox = numpy.empty(largest, dtype)
+    return inbox
+
+
+class RingBuckets(MpiBuckets):
+    """The buckets of an overlapped averaging, each summed around the ring.
+
+    A bucket is packed as over MPI; its ring advances whenever the overlap
+    tests it (from the gradient hooks, while backward runs) and finishes
+    when it waits for it (after backward). The rings go one after the
+    other in launch order (the overlap only ever tests its oldest bucket
+    in flight, and waits for them in order), so the messages between two
+    neighbours come in the order their receives were posted, under one
+    tag.
+    """
+
+    def __init__(self, wire, device, grad_dtype=None):
+        super().__init__(wire, device, grad_dtype)
+        self._inbox = numpy.empty(0)
+
+    def start(self, bucket, scale):
+        # the ring begins at the bucket's first test, once the one before
+        # it has finished
+        bucket.work = _RingWork(self.pack(bucket, scale))
+
+    def test(self, bucket):
+        return self._advance(bucket.work, wait=False)
+
+    def complete(self, bucket):
+        self._advance(bucket.work, wait=True)
+        self.unstage(bucket, bucket.work.host)
+        bucket.work = None
+
+    def _advance(self, work, wait):
+        """Go round the ring as far as the messages allow (``wait``: to
+        the end); whether the ring has finished."""
+        if work.steps is None:
+            self._inbox = grown(self._inbox, work.host.dtype, work.host.size,
+                                self.wire.size)
+            work.steps = ring_steps(self.wire, work.host, self._inbox)
+        while not work.done:
+            if wait:
+                for request in work.requests:
+                    self.wire.wait(request)
+            elif not self.wire.test(work.requests):
+                return False
+            work.requests = next(work.steps, None)
+            work.done = work.requests is None
+        return True
+
+
+class _RingWork:
+    """A bucket's ring in flight: its host buffer, its steps (a
+    :func:`ring_steps` generator, made at the first test), the requests of
+    the current step."""
+
+    def __init__(self, host):
+        self.host, self.steps, self.requests, self.done = host, None, [], False

@@ -23,10 +23,33 @@ def test_chunks_cover_the_buffer_and_differ_by_at_most_one(n, size):
     assert sizes.min() >= 0 and sizes.max() - sizes.min() <= 1
 
 
-def test_ring_refuses_overlap():
-    from minichain import dist
-    with pytest.raises(ValueError, match='ring communicator cannot overlap'):
-        dist.create_communicator('ring', overlap=True)
+# the overlap checks of the battery (run there on flat) that hold for any
+# communicator: each takes the communicator it averages with
+OVERLAP_CHECKS = ('overlap_equivalence_mlp', 'overlap_equivalence_mnbn_unequal',
+                  'overlap_shared_and_unused', 'overlap_equals_plain',
+                  'overlap_launches_during_backward',
+                  'accumulate_equals_large_batch', 'overlap_partial_gradients',
+                  'overlap_join_uneven')
+
+
+@pytest.mark.mpi(ranks=[1, 2, 3], timeout=240)
+def test_overlapped_buckets_go_round_the_ring(mpi_ranks):
+    pytest.importorskip('mpi4py', reason='mpi4py is not installed '
+                        '(pip install mpi4py mpich)')
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'workers'))
+    import checks_overlap
+    from minichain import dist, optimizers
+    comm = dist.create_communicator('ring')
+    for name in OVERLAP_CHECKS:
+        getattr(checks_overlap, name)(comm)
+    # the buckets really are the ring's
+    model = _Grads([5, 7], numpy.float64)
+    opt = dist.create_multi_node_optimizer(
+        optimizers.SGD(lr=0.1), comm, overlap=True).setup(model)
+    assert isinstance(opt.reducer.comm._bucket_transport(-1),
+                      ring.RingBuckets)
 
 
 def _bound(dtype, size, terms):

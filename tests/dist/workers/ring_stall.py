@@ -18,6 +18,7 @@ sys.path.insert(0, ROOT)
 
 import minichain  # noqa: E402
 from minichain import dist  # noqa: E402
+from minichain.dist import ring  # noqa: E402
 
 case = sys.argv[1]
 comm = dist.create_communicator('ring')
@@ -33,9 +34,9 @@ def average():
 
 average()
 if comm.rank == 1:
-    exchange, steps = comm._exchange, []
+    exchange, steps = ring.exchange, []
 
-    def leaving(send, recv):
+    def leaving(wire, send, recv):
         steps.append(1)
         if len(steps) == 2:
             print('[rank 1] ring step 2 of rank 1: leaving ({})'.format(case),
@@ -43,7 +44,7 @@ if comm.rank == 1:
             if case == 'exit':
                 sys.exit(3)
             time.sleep(600)
-        exchange(send, recv)
-    comm._exchange = leaving
+        return exchange(wire, send, recv)
+    ring.exchange = leaving
 average()
 print('[rank {}] all done'.format(comm.rank), flush=True)
