@@ -12,6 +12,16 @@ chunks). It prints median times, the ratios ours/raw and ours/raw4M, and
 the bus bandwidth ``bytes * 2 (P - 1) / P / time`` (the nccl-tests
 convention). Times are the slowest rank's; the timed calls take turns so
 that load from other processes hits them alike. ``--quick`` stops at 4 MB.
+
+A second table puts the ring communicator's allreduce alone
+(``minichain/dist/ring.py``, on one buffer: no packing) beside MPI's own
+Allreduce of the same buffer, from 1 MB, with the ring model's prediction:
+the ring is ``2(P - 1)`` steps, in each of which every rank sends ``n / P``
+bytes to its right neighbour while receiving as many from its left one.
+One such step is timed alone (``step ms``), and the model predicts
+``2(P - 1)`` times it, a bus bandwidth of ``(n / P) / step``: the link's,
+whatever ``P``. What the ring loses against its model is the additions of
+the reduce-scatter and Python's work between the steps.
 """
 import argparse
 import time
@@ -20,6 +30,7 @@ import numpy
 
 import minichain
 from minichain import dist, host
+from minichain.dist import ring as ring_module
 from minichain.dist.flat import PIPELINE_BYTES
 
 SIZES = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 100 << 20,
@@ -73,7 +84,7 @@ def _mean_grad_step(comm, nbytes, n_params):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--communicators', default='naive,flat')
+    parser.add_argument('--communicators', default='naive,flat,ring')
     parser.add_argument('--params', type=int, default=16,
                         help='parameters the gradient bytes are split into')
     parser.add_argument('--quick', action='store_true')
@@ -113,6 +124,42 @@ def main():
                       _human(nbytes), name, t_ours * 1e3, t[0] * 1e3,
                       t[1] * 1e3, t_ours / t[0], t_ours / t[1],
                       bus / t_ours, bus / t[0]), flush=True)
+    if p > 1 and 'ring' in comms:
+        ring_table(world, comms['ring'], sizes)
+
+
+def ring_table(world, ring, sizes):
+    """Rank 0 prints the ring alone against MPI's Allreduce and the model
+    (see the module docstring)."""
+    from mpi4py import MPI
+    p = world.size
+    if world.rank == 0:
+        print('\nring allreduce of one float32 buffer against MPI\'s '
+              'Allreduce (bus GB/s), and the ring model: 2(P-1) steps of '
+              'n/P bytes each')
+        print('{:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7} {:>6} {:>6}'.format(
+            'bytes', 'mpi ms', 'ring ms', 'step ms', 'mpi', 'ring',
+            'model', 'r/mpi', 'r/mod'))
+    for nbytes in [s for s in sizes if s >= 1 << 20]:
+        reps = max(7, min(100, int(4e8 // nbytes)))
+        # zeros: summed in place again and again, ones would overflow
+        buf = numpy.zeros(nbytes // 4, dtype=numpy.float32)
+        n = buf.size // p
+        send, recv = numpy.ones(n, numpy.float32), numpy.empty(n, numpy.float32)
+        fns = [lambda: world.mpi_comm.Allreduce(MPI.IN_PLACE, buf),
+               lambda: ring._sum_across_ranks(buf),
+               lambda: [ring._wire.wait(q) for q in
+                        ring_module.exchange(ring._wire, send, recv)]]
+        t_mpi, t_ring, t_step = _timed(world, fns, reps)
+        if world.rank != 0:
+            continue
+        bus = nbytes * 2 * (p - 1) / p / 1e9
+        t_model = 2 * (p - 1) * t_step
+        print('{:>9} {:>9.3f} {:>9.3f} {:>9.3f} {:>7.2f} {:>7.2f} {:>7.2f} '
+              '{:>6.2f} {:>6.2f}'.format(
+                  _human(nbytes), t_mpi * 1e3, t_ring * 1e3, t_step * 1e3,
+                  bus / t_mpi, bus / t_ring, bus / t_model, t_mpi / t_ring,
+                  t_model / t_ring), flush=True)
 
 
 def _human(n):

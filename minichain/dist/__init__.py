@@ -30,6 +30,7 @@ _moved.install()  # old paths such as minichain.dist.watchdog still import
 _COMMUNICATORS = {
     'naive': ('minichain.dist.naive', 'NaiveCommunicator'),
     'flat': ('minichain.dist.flat', 'FlatCommunicator'),
+    'ring': ('minichain.dist.ring', 'RingCommunicator'),
     'pure_nccl': ('minichain.dist.pure_nccl', 'PureNcclCommunicator'),
     'hierarchical': ('minichain.dist.hierarchical',
                      'HierarchicalCommunicator'),
@@ -150,7 +151,9 @@ def create_communicator(communicator_name='auto', mpi_comm=None,
 
     Args:
         communicator_name: ``'naive'`` (one MPI Allreduce per parameter),
-            ``'flat'`` (one packed MPI Allreduce), ``'pure_nccl'`` (NCCL on
+            ``'flat'`` (one packed MPI Allreduce), ``'ring'`` (flat's
+            packed buffer summed by a ring allreduce written in Python,
+            to be read: :mod:`minichain.dist.ring`), ``'pure_nccl'`` (NCCL on
             the GPUs), ``'hierarchical'`` (NCCL in a node, MPI between
             nodes), or ``'auto'``: ``'pure_nccl'`` when every rank can
             use NCCL on a GPU of its own, else ``'flat'`` (rank 0 then says

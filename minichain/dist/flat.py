@@ -45,7 +45,6 @@ class FlatCommunicator(CommunicatorBase):
     def _mean_on_host(self, packer, host):
         """NumPy gradients: pack, Allreduce and unpack ``host`` chunk by
         chunk, each chunk reduced right after it is packed."""
-        MPI = mpi.import_mpi()
         scale = 1.0 / self.size
         step = max(1, min(PIPELINE_BYTES, mpi.CHUNK_BYTES) // host.itemsize)
         for lo in range(0, packer.total, step):
@@ -54,14 +53,13 @@ class FlatCommunicator(CommunicatorBase):
             with timeline.span('pack', nbytes):
                 packer.pack(host, scale, lo, hi)
             with timeline.span('allreduce', nbytes):
-                self._wire.Allreduce(MPI.IN_PLACE, host[lo:hi], op=MPI.SUM)
+                self._sum_across_ranks(host[lo:hi])
         with timeline.span('unpack', host.nbytes):
             packer.unpack(host)
 
     def _mean_through_host(self, model, packer, host):
         """CuPy gradients: pack on the device, Allreduce a host copy of the
         buffer, copy it back and unpack on the device."""
-        MPI = mpi.import_mpi()
         first = packer.entries[0][1].array
         with backend.cuda_device(backend.get_device_id(first)):
             dev = self._buffers.get(model, 'device',
@@ -71,7 +69,13 @@ class FlatCommunicator(CommunicatorBase):
                 packer.pack(dev, 1.0 / self.size)
                 dev.get(out=host)
             with timeline.span('allreduce', host.nbytes):
-                mpi.allreduce_buffer(self._wire, host, MPI.SUM)
+                self._sum_across_ranks(host)
             with timeline.span('unpack', host.nbytes, sync=True):
                 dev.set(host)
                 packer.unpack(dev)
+
+    def _sum_across_ranks(self, buf):
+        """Replace the 1-d host array ``buf`` by its sum over all ranks, in
+        place: MPI's own Allreduce here (the ring communicator overrides
+        this method only)."""
+        mpi.allreduce_buffer(self._wire, buf, mpi.import_mpi().SUM)

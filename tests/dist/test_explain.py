@@ -85,6 +85,18 @@ def test_flat_counts_its_pipeline_chunks():
     assert _predicted_ms(text) == pytest.approx(expected * 1e3, rel=1e-3)
 
 
+def test_ring_is_named_and_predicted_as_flat():
+    model = _model()
+    ring = cost_model.explain(model, _comm('ring'), latency=ALPHA,
+                              bandwidth=BW, out=None)
+    flat = cost_model.explain(model, _comm(), latency=ALPHA, bandwidth=BW,
+                              out=None)
+    assert 'the ring allreduce (minichain.dist.ring' in ring
+    assert 'MPI Allreduce of the packed' in flat
+    assert 'minichain.dist.ring' not in flat
+    assert _predicted_ms(ring) == _predicted_ms(flat)
+
+
 def test_transfer_dtype_sets_the_bytes():
     text = cost_model.explain(_model(numpy.float64),
                               _comm(dtype=numpy.dtype(numpy.float32)),

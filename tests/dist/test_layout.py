@@ -39,7 +39,7 @@ def test_the_top_of_dist_holds_the_protocol_and_the_public_api_only():
     assert top == sorted([
         '__init__', '_moved', 'batch_normalization', 'communicator_base',
         'datasets', 'evaluation', 'extensions', 'flat', 'hierarchical',
-        'launcher', 'links', 'naive', 'optimizers', 'pure_nccl']), top
+        'launcher', 'links', 'naive', 'optimizers', 'pure_nccl', 'ring']), top
     folders = sorted(f for f in os.listdir(here)
                      if os.path.isfile(os.path.join(here, f, '__init__.py')))
     assert folders == ['averaging', 'guards', 'testing', 'trace',

@@ -29,7 +29,8 @@ def test_unknown_communicator_lists_the_valid_names():
     from minichain import dist
     with pytest.raises(ValueError) as e:
         dist.create_communicator('fast')
-    for name in ('auto', 'naive', 'flat', 'pure_nccl', 'hierarchical'):
+    for name in ('auto', 'naive', 'flat', 'ring', 'pure_nccl',
+                 'hierarchical'):
         assert name in str(e.value)
 
 

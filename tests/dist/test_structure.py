@@ -39,6 +39,7 @@ KNOWN_PRIVATE = {
         '_overlap'},
     'minichain/dist/pure_nccl.py': {'_buffers', '_check_allreduce',
         '_plan_grads', '_wire'},
+    'minichain/dist/ring.py': {'_bucket_wire', '_wire'},
     'minichain/dist/transports/collectives.py': {'_wire'},
     'minichain/dist/transports/nccl_buckets.py': {'_abort_nccl',
         '_bucket_inter_wire', '_bucket_wire', '_init_nccl', '_nccl_comm',

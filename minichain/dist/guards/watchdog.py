@@ -142,7 +142,8 @@ class Wire:
 
     The upper-case methods mirror mpi4py's blocking ones (``Allreduce``,
     ``Bcast``, ``Allgather``, ``Allgatherv``, ``Send``, ``Recv``), and
-    ``Iallreduce`` posts one to finish later (``test``, ``wait``);
+    ``Iallreduce``, ``Isend`` and ``Irecv`` post one to finish later
+    (``test``, ``wait``);
     ``allgather_obj`` gathers small picklable objects. ``collective(kind)``
     brackets one collective (a ``with`` block; nested ones count too): it
     numbers it, for the header and for the reports.
@@ -255,6 +256,15 @@ class Wire:
         :meth:`test` and :meth:`wait` (several may be in flight)."""
         return self.comm.Iallreduce(sendbuf, recvbuf, op=op)
 
+    def Isend(self, buf, dest, tag=0):
+        """Post a non-blocking send; returns its request (for :meth:`wait`)."""
+        return self.comm.Isend(buf, dest=dest, tag=tag)
+
+    def Irecv(self, buf, source, tag=0):
+        """Post a non-blocking receive; returns its request (for
+        :meth:`wait`)."""
+        return self.comm.Irecv(buf, source=source, tag=tag)
+
     def test(self, requests):
         """Whether every request has completed; each call lets MPI progress
         them (MPICH moves a non-blocking collective on only inside MPI
@@ -262,8 +272,9 @@ class Wire:
         return mpi.import_mpi().Request.Testall(requests)
 
     def wait(self, request):
-        """Wait for a request of :meth:`Iallreduce`, watched as the blocking
-        calls are (signals, notes, verdicts, the stall timeout)."""
+        """Wait for a request of :meth:`Iallreduce`, :meth:`Isend` or
+        :meth:`Irecv`, watched as the blocking calls are (signals, notes,
+        verdicts, the stall timeout), as part of the open collective."""
         if not self.polling:
             return request.Wait()
         self._wait(request)

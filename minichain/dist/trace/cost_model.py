@@ -95,8 +95,10 @@ def _messages(comm, rows, on_gpu, dtype):
                                                 mpi.CHUNK_BYTES)
     chunk = max(1, chunk // _itemsize(dtype)) * _itemsize(dtype)
     sizes = [min(chunk, total - lo) for lo in range(0, total, chunk)]
-    how = ('MPI Allreduce of the packed buffer in {} chunk{} of at most {:,} '
-           'bytes'.format(len(sizes), '' if len(sizes) == 1 else 's', chunk))
+    how = ('{} of the packed buffer in {} chunk{} of at most {:,} bytes'
+           .format('the ring allreduce (minichain.dist.ring: Isend/Irecv)'
+                   if name == 'ring' else 'MPI Allreduce', len(sizes),
+                   '' if len(sizes) == 1 else 's', chunk))
     if on_gpu:
         how += ', staged through host memory'
     elif name in ('pure_nccl', 'hierarchical'):

@@ -39,6 +39,12 @@ class MpiBuckets:
             return backend.get_cupy().empty(n, dtype)
 
     def start(self, bucket, scale):
+        host = self.pack(bucket, scale)
+        bucket.work = (host, mpi.iallreduce_buffer(self.wire, host))
+
+    def pack(self, bucket, scale):
+        """Pack the bucket's gradients times ``scale``; returns the host
+        buffer that carries them (a copy of the device's for CuPy)."""
         host = bucket.buf
         with timeline.span('pack', bucket.nbytes, sync=self.device >= 0):
             if self.device < 0:
@@ -50,7 +56,7 @@ class MpiBuckets:
                 with backend.cuda_device(self.device):
                     bucket.packer.pack(bucket.buf, scale)
                     bucket.buf.get(out=host)
-        bucket.work = (host, mpi.iallreduce_buffer(self.wire, host))
+        return host
 
     def test(self, bucket):
         return self.wire.test(bucket.work[1])
@@ -59,10 +65,14 @@ class MpiBuckets:
         host, requests = bucket.work
         for request in requests:
             self.wire.wait(request)
+        self.unstage(bucket, host)
+        bucket.work = None
+
+    def unstage(self, bucket, host):
+        """CuPy: copy the summed host buffer back to the device."""
         if self.device >= 0:
             with backend.cuda_device(self.device):
                 bucket.buf.set(host)
-        bucket.work = None
 
     def check(self, buckets):
         """Nothing to check after the buckets: over MPI the transfer is in

@@ -12,7 +12,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-COMMUNICATORS = ('naive', 'flat')
+COMMUNICATORS = ('naive', 'flat', 'ring')
 MODEL_CHECKS = ('closed_form', 'bcast_data', 'zero_fill', 'missing_grad_error',
                 'layout_change', 'mismatch_error', 'uninitialized_bcast',
                 'optimizer_wrapper', 'equivalence_mlp', 'equivalence_convnet',

@@ -20,7 +20,8 @@ def ranks_and_factory(comm):
     assert comm.intra_size == comm.size and comm.inter_size == 1
     assert comm.intra_rank == comm.rank and comm.inter_rank == 0
     _expect_error(ValueError, lambda: dist.create_communicator('mpi'),
-                  "'mpi'", 'naive', 'flat', 'pure_nccl', 'hierarchical')
+                  "'mpi'", 'naive', 'flat', 'ring', 'pure_nccl',
+                  'hierarchical')
     if not minichain.backend.gpu_available():
         auto = dist.create_communicator('auto')
         assert type(auto).__name__ == 'FlatCommunicator'

@@ -92,7 +92,7 @@ def single():
     flat = dist.create_communicator('flat')
     want = grads_of(cpu, x, t)
     flat.multi_node_mean_grad(cpu)
-    for name in ('pure_nccl', 'hierarchical', 'flat'):
+    for name in ('pure_nccl', 'hierarchical', 'flat', 'ring'):
         c = dist.create_communicator(name)
         grads_of(gpu, cupy.asarray(x), cupy.asarray(t))
         c.multi_node_mean_grad(gpu)
