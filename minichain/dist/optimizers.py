@@ -46,15 +46,17 @@ class MultiNodeOptimizer:
         target = self._target('update')
         if lossfun is not None:
             self._forward_backward(target, lossfun, args, kwds)
-        if self.needs_broadcast:
-            self.averaging.discard()
-            self.communicator.bcast_data(target)
-            self.needs_broadcast = False
-        elif self.averaging.average(target):
-            with timeline.span('update', sync=target.device_id >= 0):
-                self.actual_optimizer.update(None, *args, **kwds)
-            self.averaging.stepped(target)
-        self.averaging.prepare()  # for the next backward pass
+        try:
+            if self.needs_broadcast:
+                self.averaging.discard()
+                self.communicator.bcast_data(target)
+                self.needs_broadcast = False
+            elif self.averaging.average(target):
+                with timeline.span('update', sync=target.device_id >= 0):
+                    self.actual_optimizer.update(None, *args, **kwds)
+                self.averaging.stepped(target)
+        finally:  # also after an error that a training loop may survive
+            self.averaging.prepare()  # for the next backward pass
 
     def setup(self, link):
         """Set up the wrapped optimizer on ``link`` (with overlap, hook its

@@ -178,3 +178,21 @@ def test_check_finite_raises_before_the_step_naming_the_parameters():
     assert e.value.update == 1 and e.value.ranks == [0]
     assert e.value.params == {0: ['/0/W']} and 'stepped' not in log
     assert opt.t == 0
+
+
+def test_after_an_error_the_next_pass_starts_a_step_and_is_prepared():
+    # A loop may catch NonFiniteGradientError and go on: with accumulate
+    # the next pass is the first of a new step, not a final one (else an
+    # overlapped averaging would send its gradients as final).
+    log = []
+    opt = None
+    inner = Accumulate(CheckFinite(Recording(log, passes=2), OneRank(log),
+                                   lambda: opt.t))
+    model, opt, loss = _optimizer(log, inner)
+    opt.update(loss)
+    opt.update(loss)
+    loss.x[0, 0] = numpy.nan
+    del log[:]
+    with pytest.raises(NonFiniteGradientError):
+        opt.update(loss)
+    assert log == ['average', 'prepare False'] and inner.starts_step
