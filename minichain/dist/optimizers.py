@@ -15,21 +15,20 @@ from minichain.dist.trace import timeline
 
 
 class MultiNodeOptimizer:
-    """Wraps an optimizer: average gradients over ranks, then step.
+    """Wraps an optimizer: average gradients over ranks (``averaging``),
+    then step (``actual_optimizer``); ``needs_broadcast``: the next update
+    broadcasts rank 0's parameters instead.
 
     Everything not defined here (``lr``, ``t``, ``target``, ``add_hook``,
     ``serialize``...) reads and writes the wrapped optimizer.
-
-    Attributes:
-        actual_optimizer: the wrapped optimizer.
-        communicator: the communicator.
-        averaging: how the gradients are averaged.
-        needs_broadcast: whether the next update broadcasts instead.
     """
 
     def __init__(self, actual_optimizer, communicator, averaging):
-        _own(self, actual_optimizer=actual_optimizer, averaging=averaging,
-             communicator=communicator, needs_broadcast=True)
+        # In __dict__: any other name set on the wrapper is set on the
+        # wrapped optimizer (__setattr__, at the end of the class).
+        self.__dict__.update(actual_optimizer=actual_optimizer,
+                             communicator=communicator, averaging=averaging,
+                             needs_broadcast=True)
 
     def update(self, lossfun=None, *args, **kwds):
         """One data-parallel step, or one of its ``accumulate`` backward
@@ -105,7 +104,7 @@ class MultiNodeOptimizer:
             loss.backward()
 
     # The wrapper stands in for the optimizer: a name it does not keep in
-    # its own __dict__ (_own) is the wrapped optimizer's.
+    # its own __dict__ is the wrapped optimizer's.
     def __getattr__(self, name):
         actual = self.__dict__.get('actual_optimizer')
         if actual is None or name.startswith('__'):  # e.g. while unpickling
@@ -121,11 +120,6 @@ class MultiNodeOptimizer:
     def __repr__(self):
         return 'MultiNode({!r}, {!r})'.format(self.actual_optimizer,
                                               self.communicator)
-
-
-def _own(wrapper, **attributes):
-    """Make ``attributes`` the wrapper's own (see ``__setattr__``)."""
-    wrapper.__dict__.update(attributes)
 
 
 def create_multi_node_optimizer(actual_optimizer, communicator,
