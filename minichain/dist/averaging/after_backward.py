@@ -25,19 +25,17 @@ class AfterBackward(Averaging):
     def average(self, model, has_data=None):
         if has_data is None:  # the public call, which users may wrap
             self.comm.multi_node_mean_grad(model, self.zero_fill)
-            n = self.comm.size
-        else:  # join: the header also counts the ranks with data
-            n = self.comm._multi_node_mean_grad(
-                model, self.zero_fill, self.step_count(), has_data)
-            if n == 0:
-                return 0
-        self.rescale(model, n)
+            self.rescale(model, 1 / self.passes)
+            return True
+        # join: the header also counts the ranks with data
+        n = self.comm._multi_node_mean_grad(
+            model, self.zero_fill, self.step_count(), has_data)
+        if n:  # the communicator divided by its size, not by n
+            self.rescale(model, self.comm.size / n / self.passes)
         return n
 
-    def rescale(self, model, n):
-        """The communicator divided the sum by its size: make it the mean
-        over the ``n`` ranks with data and over the passes."""
-        factor = self.comm.size / n / self.passes
+    def rescale(self, model, factor):
+        """Multiply every gradient by ``factor`` (unless it is 1)."""
         if factor != 1:
             for p in model.params():
                 if p.grad is not None:

@@ -24,8 +24,8 @@ The calls the optimizer makes, on every rank in the same order::
 
     setup(model)                   # at optimizer.setup(model)
     prepare()                      # before each backward pass (then again
-    average(model) -> n            #   after each update): the pass's
-    stepped(model) if n            #   gradients averaged; the step
+    average(model) -> step?        #   after each update): the pass's
+    stepped(model) if step         #   gradients averaged; the step
     discard()                      # instead of average: the first update
                                    #   after setup broadcasts, no step
 """
@@ -69,9 +69,10 @@ class Averaging:
                 has data (a rank without contributes zeros, and the mean is
                 over the ranks with data).
         Returns:
-            The number of ranks the mean is over; 0 when nothing is to be
-            stepped (more passes to accumulate, the first step of a double
-            buffer, or no rank has data left inside ``join``).
+            Whether the optimizer steps: True, or inside ``join`` the
+            number of ranks the mean is over; False or 0 when nothing is
+            to be stepped (more passes to accumulate, the first step of a
+            double buffer, no rank with data left inside ``join``).
         """
         raise NotImplementedError(type(self).__name__ + '.average')
 

@@ -46,8 +46,8 @@ class DoubleBuffered(Averaging):
     def average(self, model, has_data=None):
         """Swap the model's gradients with the shadow's (averaged during
         this step, if ``ready``), and launch the averaging of the new ones
-        on the side stream. Returns the size once there is an averaged
-        gradient to step on, else 0 (the first step of a buffer)."""
+        on the side stream. Returns whether there is an averaged gradient
+        to step on (not at the first step of a buffer)."""
         if self.shadow is None:  # after setup, a broadcast or a resume
             self._new_shadow(model)
         cupy = backend.get_cupy()
@@ -70,7 +70,7 @@ class DoubleBuffered(Averaging):
         self.done = self.stream.record()
         self.parity ^= 1
         self.ready = True
-        return self.comm.size if ready else 0
+        return ready
 
     def _new_shadow(self, model):
         shadow = copy.deepcopy(model)

@@ -110,7 +110,7 @@ class Overlapped(AfterBackward):
         if has_data is not None:
             return super().average(model, has_data)
         self.reducer.finish(self.zero_fill)  # divides by ranks and passes
-        return self.comm.size
+        return True
 
     def discard(self):
         if self.reducer.step is not None:
