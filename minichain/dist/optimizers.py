@@ -1,131 +1,34 @@
-"""create_multi_node_optimizer: make any optimizer data-parallel; join:
-finish shards of different lengths."""
-import copy
-import math
+"""create_multi_node_optimizer: make any optimizer data-parallel.
 
-import numpy
-
-from minichain import backend
+After each backward pass the wrapper averages the gradients over ranks, then
+steps the wrapped optimizer. How it averages is an
+:class:`~minichain.dist.averaging.base.Averaging` (after backward, during
+it, or during the next step; see :mod:`minichain.dist.averaging`).
+"""
+from minichain.dist.averaging.accumulate import Accumulate
+from minichain.dist.averaging.after_backward import AfterBackward
+from minichain.dist.averaging.double_buffered import DoubleBuffered
+from minichain.dist.averaging.finite import (  # noqa: F401 (public here too)
+    CheckFinite, NonFiniteGradientError, all_finite)
+from minichain.dist.averaging.overlap import Overlapped
 from minichain.dist.trace import timeline
-from minichain.dist.guards.agreement import format_ranks
-
-# The wrapper's own attributes. Setting any other name on the wrapper sets
-# it on the wrapped optimizer, so the wrappers keep their state in __dict__.
-_OWN = ('actual_optimizer', 'communicator', 'zero_fill', 'needs_broadcast',
-        'nan_check', '_active', 'accumulate', 'reducer', '_micro',
-        '_overlap')
-_MAX_NAMES = 3
 
 
-class NonFiniteGradientError(FloatingPointError):
-    """The averaged gradient holds inf or NaN: the update was skipped on
-    every rank, and this error raised on every rank.
-
-    Attributes:
-        update: the number of the skipped update (``optimizer.t + 1``).
-        ranks: the ranks whose own gradient was not finite (empty when
-            only the sum overflowed).
-        params: ``{rank: [parameter paths]}`` of those gradients.
-    """
-
-    def __init__(self, update, params):
-        self.update = update
-        self.params = {r: names for r, names in enumerate(params) if names}
-        self.ranks = sorted(self.params)
-        if self.ranks:
-            where = '; '.join('{}: {}{}'.format(
-                format_ranks([r]), ', '.join(names[:_MAX_NAMES]),
-                ' and {} more'.format(len(names) - _MAX_NAMES)
-                if len(names) > _MAX_NAMES else '')
-                for r, names in self.params.items())
-            cause = 'the local gradient was not finite on {} ({})'.format(
-                format_ranks(self.ranks), where)
-        else:
-            cause = ('every local gradient was finite: their sum overflowed '
-                     '(lower the learning rate or scale the loss)')
-        super().__init__(
-            'multi-node optimizer: update {}: the averaged gradient holds inf '
-            'or NaN, so the update was skipped on every rank; {}'.format(
-                update, cause))
-
-
-def all_finite(arrays):
-    """Whether every element of ``arrays`` (one device) is finite.
-
-    A sum is finite iff every term is (short of an overflow, confirmed
-    elementwise), so the good path costs one reduction per array and, on
-    the GPU, one read of one value."""
-    if not arrays:
-        return True
-    xp = backend.get_array_module(arrays[0])
-
-    def total(a):
-        return a.sum(dtype=numpy.float32 if a.dtype.itemsize < 4 else None)
-    if xp is numpy:
-        fast = math.isfinite(sum(float(total(a)) for a in arrays))
-    else:
-        fast = bool(xp.isfinite(xp.stack([total(a) for a in arrays]).sum()))
-    return fast or all(bool(xp.isfinite(a).all()) for a in arrays)
-
-
-class _MultiNodeOptimizer:
-    """Wraps an optimizer: average gradients over ranks, then step.
+class MultiNodeOptimizer:
+    """Wraps an optimizer: average gradients over ranks (``averaging``),
+    then step (``actual_optimizer``); ``needs_broadcast``: the next update
+    broadcasts rank 0's parameters instead.
 
     Everything not defined here (``lr``, ``t``, ``target``, ``add_hook``,
     ``serialize``...) reads and writes the wrapped optimizer.
     """
 
-    def __init__(self, actual_optimizer, communicator, zero_fill=True,
-                 nan_check=True, overlap=None, accumulate=1):
-        d = self.__dict__
-        d['actual_optimizer'] = actual_optimizer
-        d['communicator'] = communicator
-        d['zero_fill'] = zero_fill
-        d['needs_broadcast'] = True
-        d['nan_check'] = nan_check
-        d['_active'] = None  # inside join: whether this rank has data
-        d['accumulate'] = accumulate
-        d['_micro'] = 0      # backward passes of this update so far
-        d['_overlap'] = overlap  # the Reducer's keywords, or None
-        d['reducer'] = None  # the overlap's Reducer, once set up
-
-    def setup(self, link):
-        """Set up the wrapped optimizer on ``link`` (with overlap, hook its
-        parameters); the next update broadcasts rank 0's parameters.
-        Returns self."""
-        self.actual_optimizer.setup(link)
-        self.needs_broadcast = True
-        self._micro = 0
-        if self._overlap is not None:
-            from minichain.dist.averaging.overlap import Reducer
-            if self.reducer is not None:
-                self.reducer.close()
-            self.reducer = Reducer(self.communicator, link,
-                                   lambda: self.actual_optimizer.t,
-                                   accumulate=self.accumulate,
-                                   **self._overlap)
-        return self
-
-    def broadcast_params(self):
-        """Broadcast rank 0's parameters and persistents now, so that the
-        first ``update`` steps instead of broadcasting (a script that
-        counts its updates, or whose first batch matters, wants every one
-        to step). Collective: every rank calls it, after ``setup`` and once
-        every parameter is initialized (a lazy layer after a forward pass).
-        Returns self."""
-        self.communicator.bcast_data(self._target('broadcast_params'))
-        self.needs_broadcast = False
-        return self
-
-    def _target(self, where):
-        """The wrapped optimizer's link; RuntimeError before ``setup``
-        (the same on every rank: nothing was communicated yet)."""
-        target = self.actual_optimizer.target
-        if target is None:
-            raise RuntimeError(
-                'multi-node optimizer ({}).{}: call setup(link) first'
-                .format(type(self.actual_optimizer).__name__, where))
-        return target
+    def __init__(self, actual_optimizer, communicator, averaging):
+        # In __dict__: any other name set on the wrapper is set on the
+        # wrapped optimizer (__setattr__, at the end of the class).
+        self.__dict__.update(actual_optimizer=actual_optimizer,
+                             communicator=communicator, averaging=averaging,
+                             needs_broadcast=True)
 
     def update(self, lossfun=None, *args, **kwds):
         """One data-parallel step, or one of its ``accumulate`` backward
@@ -142,68 +45,57 @@ class _MultiNodeOptimizer:
         target = self._target('update')
         if lossfun is not None:
             self._forward_backward(target, lossfun, args, kwds)
-        if self.needs_broadcast:
-            if self.reducer is not None and self.reducer.step is not None:
-                self.reducer.finish()  # buckets sent during that backward
-            self.communicator.bcast_data(target)
-            self.needs_broadcast = False
-            return
-        self._micro += 1
-        if self._micro == self.accumulate:
-            self._micro = 0
-            self._average_and_step(target, args, kwds)
-        self._arm()
+        try:
+            if self.needs_broadcast:
+                self.averaging.discard()
+                self.communicator.bcast_data(target)
+                self.needs_broadcast = False
+            elif self.averaging.average(target):
+                with timeline.span('update', sync=target.device_id >= 0):
+                    self.actual_optimizer.update(None, *args, **kwds)
+                self.averaging.stepped(target)
+        finally:  # also after an error that a training loop may survive
+            self.averaging.prepare()  # for the next backward pass
 
-    def _arm(self):
-        """Let the hooks send buckets in the next backward if it is the
-        last pass of a step (and not inside join, which averages after
-        backward)."""
-        if self.reducer is not None:
-            self.reducer.armed = (self._active is None and
-                                  self._micro == self.accumulate - 1)
+    def setup(self, link):
+        """Set up the wrapped optimizer on ``link`` (with overlap, hook its
+        parameters); the next update broadcasts rank 0's parameters.
+        Returns self."""
+        self.actual_optimizer.setup(link)
+        self.averaging.setup(link)
+        self.averaging.prepare()
+        self.needs_broadcast = True
+        return self
 
-    def _average_and_step(self, target, args=(), kwds=None):
-        """Average the gradients and step; False once no rank has data
-        (inside join)."""
-        # This rank's own gradients: the averaging replaces them, and they
-        # name the culprits should the mean not be finite.
-        local = ([(n, p.grad) for n, p in target.namedparams()]
-                 if self.nan_check else None)
-        comm = self.communicator
-        n_active = None
-        if self._active is not None:  # join: the ranks count who has data
-            n_active = comm._multi_node_mean_grad(
-                target, self.zero_fill, self.actual_optimizer.t, self._active)
-        elif self.reducer is not None:  # overlap: most of it is sent already
-            self.reducer.finish(self.zero_fill)
-        else:  # the public call, which users may wrap
-            comm.multi_node_mean_grad(target, self.zero_fill)
-        if n_active == 0:
-            return False
-        # The mean over the ranks with data, and over the backward passes
-        # (the Reducer divides by both as it packs).
-        factor = (1 if n_active is None else comm.size / n_active) / (
-            1 if self.reducer is not None and n_active is None
-            else self.accumulate)
-        if factor != 1:
-            for p in target.params():
-                if p.grad is not None:
-                    p.grad = p.grad * factor
-        if self.nan_check:
-            self._check_finite(target, local)
-        self._step(target, args, kwds or {})
-        return True
+    def broadcast_params(self):
+        """Broadcast rank 0's parameters and persistents now, so that the
+        first ``update`` steps instead of broadcasting (a script that
+        counts its updates, or whose first batch matters, wants every one
+        to step). Collective: every rank calls it, after ``setup`` and once
+        every parameter is initialized (a lazy layer after a forward pass).
+        Returns self."""
+        self.communicator.bcast_data(self._target('broadcast_params'))
+        self.needs_broadcast = False
+        return self
 
-    def _check_finite(self, target, local):
-        grads = [p.grad for p in target.params() if p.grad is not None]
-        if all_finite(grads):
-            return
-        mine = [n for n, g in local if g is not None and not all_finite([g])]
-        raise NonFiniteGradientError(self.actual_optimizer.t + 1,
-                                     self.communicator.allgather_obj(mine))
+    @property
+    def reducer(self):
+        """The overlap's Reducer (``overlap=True``, after ``setup``), else
+        None."""
+        return self.averaging.reducer
+
+    def _target(self, where):
+        """The wrapped optimizer's link; RuntimeError before ``setup``
+        (the same on every rank: nothing was communicated yet)."""
+        target = self.actual_optimizer.target
+        if target is None:
+            raise RuntimeError(
+                'multi-node optimizer ({}).{}: call setup(link) first'
+                .format(type(self.actual_optimizer).__name__, where))
+        return target
 
     def _forward_backward(self, target, lossfun, args, kwds):
-        if self._micro == 0:
+        if self.averaging.starts_step:
             target.cleargrads()
         on_gpu = target.device_id >= 0
         with timeline.span('forward', sync=on_gpu):
@@ -211,10 +103,8 @@ class _MultiNodeOptimizer:
         with timeline.span('backward', sync=on_gpu):
             loss.backward()
 
-    def _step(self, target, args, kwds):
-        with timeline.span('update', sync=target.device_id >= 0):
-            self.actual_optimizer.update(None, *args, **kwds)
-
+    # The wrapper stands in for the optimizer: a name it does not keep in
+    # its own __dict__ is the wrapped optimizer's.
     def __getattr__(self, name):
         actual = self.__dict__.get('actual_optimizer')
         if actual is None or name.startswith('__'):  # e.g. while unpickling
@@ -222,7 +112,7 @@ class _MultiNodeOptimizer:
         return getattr(actual, name)
 
     def __setattr__(self, name, value):
-        if name in _OWN:
+        if name in self.__dict__:
             self.__dict__[name] = value
         else:
             setattr(self.actual_optimizer, name, value)
@@ -230,79 +120,6 @@ class _MultiNodeOptimizer:
     def __repr__(self):
         return 'MultiNode({!r}, {!r})'.format(self.actual_optimizer,
                                               self.communicator)
-
-
-class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
-    """Overlaps each step's NCCL allreduce with the next iteration.
-
-    The allreduce of step k runs on a side CUDA stream while step k+1
-    computes; step k+1 then applies the averaged gradients of step k (one
-    step stale). Two packed buffers alternate so that the one being applied
-    is never the one being reduced; the default stream waits for the side
-    stream on the GPU, never on the host.
-    """
-
-    def __init__(self, actual_optimizer, communicator, zero_fill=True,
-                 nan_check=True):
-        from minichain.dist.pure_nccl import PureNcclCommunicator
-        if not isinstance(communicator, PureNcclCommunicator):
-            raise ValueError('create_multi_node_optimizer: double_buffering '
-                             'needs a pure_nccl (or hierarchical) '
-                             'communicator, got {}'.format(
-                                 type(communicator).__name__))
-        backend.check_cuda_available()
-        super().__init__(actual_optimizer, communicator, zero_fill, nan_check)
-        d = self.__dict__
-        d['_shadow'] = None        # holds the gradients being reduced
-        d['_stream'] = None
-        d['_done'] = None          # event: the side stream finished
-        d['_in_flight'] = None     # gradients the side stream still reads
-        d['_parity'] = 0
-        d['_ready'] = False        # the shadow holds averaged gradients
-
-    def update(self, lossfun=None, *args, **kwds):
-        """A step applying the previous step's averaged gradients (see the
-        class docstring); the first call after ``setup`` broadcasts."""
-        target = self._target('update')
-        if lossfun is not None:
-            self._forward_backward(target, lossfun, args, kwds)
-        d = self.__dict__
-        if self.needs_broadcast:
-            self.communicator.bcast_data(target)
-            self.needs_broadcast = False
-            self._new_shadow(target)
-            return
-        if d['_shadow'] is None:  # after broadcast_params() or a resume
-            self._new_shadow(target)
-        cupy = backend.get_cupy()
-        if d['_stream'] is None:
-            d['_stream'] = cupy.cuda.Stream(non_blocking=True)
-        current = cupy.cuda.get_current_stream()
-        if d['_done'] is not None:
-            current.wait_event(d['_done'])
-        d['_in_flight'] = None  # later default-stream work is ordered after
-        ready = d['_ready']
-        for (_, p), (_, s) in zip(target.namedparams(),
-                                  d['_shadow'].namedparams()):
-            p.grad_var, s.grad_var = s.grad_var, p.grad_var
-        start = current.record()
-        d['_stream'].wait_event(start)
-        d['_in_flight'] = [s.grad for s in d['_shadow'].params()]
-        self.communicator.multi_node_mean_grad_async(
-            d['_shadow'], self.zero_fill, d['_stream'],
-            'double{}'.format(d['_parity']))
-        d['_done'] = d['_stream'].record()
-        d['_parity'] ^= 1
-        d['_ready'] = True
-        if ready:
-            self._step(target, args, kwds)
-
-    def _new_shadow(self, target):
-        shadow = copy.deepcopy(target)
-        for p in shadow.params():  # holds gradients only
-            p.cleargrad()
-            p.update_rule = None
-        self.__dict__['_shadow'], self.__dict__['_ready'] = shadow, False
 
 
 def create_multi_node_optimizer(actual_optimizer, communicator,
@@ -388,12 +205,23 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
         if overlap or accumulate > 1:
             raise ValueError('create_multi_node_optimizer: double_buffering '
                              'cannot be combined with overlap or accumulate')
-        return _DoubleBufferingOptimizer(actual_optimizer, communicator,
-                                         zero_fill, nan_check)
+        return MultiNodeOptimizer(actual_optimizer, communicator,
+                                  DoubleBuffered(communicator, zero_fill))
     if overlap and not getattr(communicator, 'can_overlap', False):
         raise ValueError('create_multi_node_optimizer: the {} communicator '
                          'cannot overlap (use flat, pure_nccl or '
                          'hierarchical)'.format(communicator.name))
-    return _MultiNodeOptimizer(
-        actual_optimizer, communicator, zero_fill, nan_check,
-        {'bucket_mb': bucket_mb} if overlap else None, accumulate)
+
+    def step_count():
+        return actual_optimizer.t
+    if overlap:
+        averaging = Overlapped(communicator, zero_fill, step_count,
+                               accumulate, bucket_mb)
+    else:
+        averaging = AfterBackward(communicator, zero_fill, step_count,
+                                  accumulate)
+    if nan_check:
+        averaging = CheckFinite(averaging, communicator, step_count)
+    if accumulate > 1:
+        averaging = Accumulate(averaging)
+    return MultiNodeOptimizer(actual_optimizer, communicator, averaging)

@@ -1,9 +1,19 @@
 """Ways to average gradients under the multi-node optimizer.
 
+Start with ``optimizers.py`` (after backward, average, then step), then
+:mod:`~minichain.dist.averaging.base`: the interface it calls.
+
+* :mod:`~minichain.dist.averaging.after_backward` -- the plain averaging:
+  the communicator's ``multi_node_mean_grad`` after backward.
 * :mod:`~minichain.dist.averaging.overlap` -- buckets allreduced while
-  backward runs (and the double-buffered variant).
+  backward runs.
+* :mod:`~minichain.dist.averaging.double_buffered` -- each step's gradients
+  averaged during the next step (GPU, NCCL).
+
+Wrappers around any of them:
+
+* :mod:`~minichain.dist.averaging.accumulate` -- k backward passes per step.
+* :mod:`~minichain.dist.averaging.finite` -- no step on inf or NaN.
 * :mod:`~minichain.dist.averaging.join` -- ``dist.join``: ranks whose
   shards differ in length finish an epoch together.
-
-Start with ``optimizers.py``: after backward, average, then step.
 """

@@ -2,8 +2,32 @@
 on the multi-node optimizer (:mod:`minichain.dist.optimizers`)."""
 import contextlib
 
-from minichain.dist.optimizers import (_DoubleBufferingOptimizer,
-                                       _MultiNodeOptimizer)
+from minichain.dist.averaging.base import Averaging, Wrapper
+
+
+class Join(Wrapper):
+    """The optimizer's averaging inside ``join``: after backward (never
+    during: a rank without data has no backward to hook), each rank saying
+    whether it still has data (``has_data``).
+
+    Attributes:
+        has_data: whether this rank still has data.
+        ranks_with_data: how many ranks had data at the last averaging.
+    """
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.has_data = True
+        self.ranks_with_data = None
+
+    def prepare(self, final=True):
+        self.inner.prepare(False)
+
+    def average(self, model, has_data=None):
+        n = self.inner.average(model, self.has_data)
+        if self.inner.starts_step:  # averaged (not a pass to accumulate)
+            self.ranks_with_data = n
+        return n
 
 
 @contextlib.contextmanager
@@ -36,22 +60,25 @@ def join(optimizer):
     Yields:
         the optimizer.
     """
-    if not isinstance(optimizer, _MultiNodeOptimizer) or isinstance(
-            optimizer, _DoubleBufferingOptimizer):
+    averaging = getattr(optimizer, 'averaging', None)
+    if not isinstance(averaging, Averaging) or not averaging.can_join:
         raise TypeError('join: expected a multi-node optimizer without double '
-                        'buffering, got {}'.format(type(optimizer).__name__))
+                        'buffering, got {}{}'.format(
+                            type(optimizer).__name__, '' if averaging is None
+                            else ' with double buffering'))
     if optimizer.needs_broadcast:  # every rank is here: broadcast now
         optimizer.update()
-    optimizer._active = True
-    optimizer._arm()  # no overlap inside: it averages after backward
+    joined = optimizer.averaging = Join(averaging)
+    joined.prepare()  # no overlap inside: it averages after backward
     try:
         yield optimizer
-        optimizer._active = False
-        target = optimizer.actual_optimizer.target
-        while True:
+        # Out of data: shadow the others' updates, contributing zeros, until
+        # no rank has data.
+        joined.has_data = False
+        target = optimizer.target
+        while joined.ranks_with_data != 0:
             target.cleargrads()
-            if not optimizer._average_and_step(target):
-                break
+            optimizer.update()
     finally:
-        optimizer._active = None
-        optimizer._arm()
+        optimizer.averaging = averaging
+        averaging.prepare()

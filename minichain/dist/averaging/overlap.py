@@ -52,6 +52,7 @@ import zlib
 import numpy
 
 from minichain import backend
+from minichain.dist.averaging.after_backward import AfterBackward
 from minichain.dist.transports import mpi, packing
 from minichain.dist.guards import safety
 from minichain.dist.trace import timeline
@@ -76,6 +77,44 @@ def plan_buckets(nbytes, bucket_bytes, first_bytes):
     if current:
         buckets.append(current)
     return buckets
+
+
+class Overlapped(AfterBackward):
+    """The averaging with ``overlap=True``: a :class:`Reducer` on the model
+    sends buckets during the final backward pass of each step, and
+    ``average`` waits for the rest. Inside ``join`` it averages after
+    backward, as :class:`AfterBackward` (ranks without data have no
+    backward to hook).
+
+    Args:
+        comm, zero_fill, step_count, passes: as for :class:`AfterBackward`.
+        bucket_mb: the buckets' size in MiB (None: 25).
+    """
+
+    def __init__(self, comm, zero_fill=True, step_count=None, passes=1,
+                 bucket_mb=None):
+        super().__init__(comm, zero_fill, step_count, passes)
+        self.bucket_mb = bucket_mb
+
+    def setup(self, model):
+        if self.reducer is not None:
+            self.reducer.close()
+        self.reducer = Reducer(self.comm, model, self.step_count,
+                               bucket_mb=self.bucket_mb,
+                               accumulate=self.passes)
+
+    def prepare(self, final=True):
+        self.reducer.armed = final
+
+    def average(self, model, has_data=None):
+        if has_data is not None:
+            return super().average(model, has_data)
+        self.reducer.finish(self.zero_fill)  # divides by ranks and passes
+        return True
+
+    def discard(self):
+        if self.reducer.step is not None:
+            self.reducer.finish()  # buckets sent during that backward
 
 
 class Bucket:
@@ -144,10 +183,10 @@ class Plan:
 class Reducer:
     """Averages one model's gradients in buckets while backward runs.
 
-    Made by :func:`~minichain.dist.create_multi_node_optimizer` with
-    ``overlap=True``; it hooks every parameter of ``model`` at once (no
+    Made by :meth:`Overlapped.setup` (``create_multi_node_optimizer(...,
+    overlap=True)``); it hooks every parameter of ``model`` at once (no
     communication) and averages at :meth:`finish`, which the optimizer's
-    update calls. Collective: every rank runs the same backward passes and
+    update calls through :meth:`Overlapped.average`. Collective: every rank runs the same backward passes and
     calls ``finish`` together.
 
     Args:
@@ -187,12 +226,17 @@ class Reducer:
         self.launched_in_backward = 0
         self._deferred = False   # this step was found unplanned: finish it
         self._fired, self._order = [], []
+        self._hook(model)
+
+    def _hook(self, model):
         self._handle = model.register_grad_hook(
             self._on_ready, self._on_backward_end, self._between)
+        self._hooked = {id(p) for _, p in model.namedparams()}
 
     def close(self):
         """Unhook the model."""
         self._handle.remove()
+        self._hooked = set()
 
     # -- during backward ------------------------------------------------------
     def _on_ready(self, param):
@@ -289,12 +333,7 @@ class Reducer:
         self.plan = Plan(layout, ordered, buckets)
         if any(id(p) not in self._hooked for _, p in ordered):
             self.close()  # parameters were added: hook them too
-            self._handle = self.model.register_grad_hook(
-                self._on_ready, self._on_backward_end, self._between)
-
-    @property
-    def _hooked(self):
-        return {id(v) for v, _ in self._handle._pairs}
+            self._hook(self.model)
 
     # -- buckets --------------------------------------------------------------
     def _launch_ready(self, step):

@@ -36,6 +36,7 @@ OVERLAP_CHECKS = ('overlap_equivalence_mlp',
                   'overlap_model_change_in_backward',
                   'overlap_partial_gradients',
                   'overlap_second_backward_raises', 'overlap_join_uneven',
+                  'accumulate_join_uneven',
                   'overlap_options_refused', 'overlap_timeline_events')
 CHECKS = tuple('{}:{}'.format(c, n) for c in COMMUNICATORS
                for n in MODEL_CHECKS) + GENERIC_CHECKS + OVERLAP_CHECKS

@@ -326,6 +326,45 @@ def overlap_join_uneven(comm):
            [p.array for p in ref.params()], 1e-12, 'join')
 
 
+def accumulate_join_uneven(comm):
+    # join with accumulate=2: rank r has r + 1 steps of 2 micro-batches; a
+    # rank out of data shadows whole steps (2 updates each), and the mean
+    # is over the ranks with data and the micro-batches, as one process
+    # stepping on their union. Then two steps of every rank, as usual (the
+    # second overlapped: the first makes the bucket plan).
+    k, rng = 2, numpy.random.default_rng(5)
+    n, r = comm.size, comm.rank
+    xs, ts = rng.standard_normal((n + 2, n, k, 2, 5)), rng.standard_normal(
+        (n + 2, n, k, 2, 3))
+    with using_config('dtype', 'float64'):
+        for overlap in (False, True):
+            model, ref = M.seeded(M.MLP, 0), M.seeded(M.MLP, 0)
+            opt = dist.create_multi_node_optimizer(
+                optimizers.MomentumSGD(lr=0.1), comm, overlap=overlap,
+                bucket_mb=TINY_MB, accumulate=k).setup(model)
+            ref_opt = optimizers.MomentumSGD(lr=0.1).setup(ref)
+            with dist.join(opt) as joined:
+                for step in range(r + 1):
+                    for j in range(k):
+                        joined.update(lambda: F.mean_squared_error(
+                            model(xs[step, r, j]), ts[step, r, j]))
+            assert opt.t == n, (opt.t, overlap)
+            for step in (n, n + 1):
+                for j in range(k):
+                    opt.update(lambda: F.mean_squared_error(
+                        model(xs[step, r, j]), ts[step, r, j]))
+            for step in range(n + 2):  # ranks step, ..., n - 1 have data
+                ranks = slice(step, None) if step < n else slice(None)
+                x = xs[step, ranks].reshape(-1, 5)
+                t = ts[step, ranks].reshape(-1, 3)
+                ref_opt.update(lambda: F.mean_squared_error(ref(x), t))
+            _close([p.array for p in model.params()],
+                   [p.array for p in ref.params()], 1e-10,
+                   ('join with accumulate', overlap))
+            if overlap:
+                assert opt.reducer.launched_in_backward > 0
+
+
 def overlap_options_refused(comm):
     def make(c, **kw):
         return dist.create_multi_node_optimizer(optimizers.SGD(), c, **kw)
