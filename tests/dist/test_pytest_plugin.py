@@ -1,5 +1,5 @@
-"""minichain.dist.testing.pytest_plugin, used as a user would: files of tests in a
-temporary folder, run by plain ``pytest`` (and by ``mpiexec -n 2 pytest``)
+"""minichain.dist.testing.pytest_plugin, used as a user would: files of tests
+in a temporary folder, run by plain ``pytest`` (and by ``mpiexec -n 2 pytest``)
 in subprocesses, with the plugin found through its entry point.
 
 The sessions start together (most of their time is waiting for MPI jobs or
@@ -178,7 +178,8 @@ def test_next():
 
 NO_MPIEXEC = '''
 import minichain.dist.launcher
-minichain.dist.launcher.find_mpiexec = lambda python=None: None  # as if none installed
+# As if none were installed:
+minichain.dist.launcher.find_mpiexec = lambda python=None: None
 '''
 
 ONE_TEST = '''
@@ -450,9 +451,9 @@ def test_plugin_off_by_its_name_and_the_old_name_says_the_new_one(by_name):
 # -- without MPI -------------------------------------------------------------
 def test_plugin_import_is_light():
     res = subprocess.run(
-        [sys.executable, '-c', 'import sys, minichain.dist.testing.pytest_plugin; '
-         'print("mpi4py" in sys.modules)'], capture_output=True, text=True,
-        timeout=60)
+        [sys.executable, '-c', 'import sys, minichain.dist.testing.'
+         'pytest_plugin; print("mpi4py" in sys.modules)'],
+        capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stdout.strip() == 'False', res.stderr
 
 

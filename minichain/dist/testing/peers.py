@@ -24,8 +24,8 @@ OWN_MARK = 'minichain_mpi'
 PEERS = {'pytest_isolate_mpi': 'pytest-isolate-mpi', 'pytest_mpi': 'pytest-mpi'}
 
 # Keywords only a peer's mark takes -> that peer.
-_THEIR_KEYWORDS = {'unit': 'pytest-isolate-mpi', 'threads': 'pytest-isolate-mpi',
-                   'min_size': 'pytest-mpi'}
+_THEIR_KEYWORDS = {'unit': 'pytest-isolate-mpi',
+                   'threads': 'pytest-isolate-mpi', 'min_size': 'pytest-mpi'}
 
 
 def active_peer(config):

@@ -30,6 +30,11 @@ the OpenBLAS/MKL ones) = cores / k, unless they are set already.
 A bare ``@pytest.mark.mpi`` (no arguments) only labels a test that starts
 MPI itself; ``-m "not mpi"`` deselects both kinds. Turn the plugin off with
 ``-p no:minichain.dist.testing.pytest_plugin``.
+
+``@pytest.mark.minichain_mpi(ranks=..., timeout=...)`` is the same mark under
+a name no other plugin has. While ``pytest-mpi`` or ``pytest-isolate-mpi`` is
+active, ``mpi`` marks are theirs and only ``minichain_mpi`` ones are run here
+(:mod:`.peers`); a job the user started then reports from every rank.
 """
 import faulthandler
 import os

@@ -177,8 +177,8 @@ def run(item, k, spec):
         return _run(item, k, spec, start)
     except Exception:
         return _reports(item, reports.Result(
-            'failed', 'setup', '{}: minichain.dist.testing.pytest_plugin failed:\n{}'
-            .format(item.nodeid, traceback.format_exc()), [], None),
+            'failed', 'setup', '{}: {} failed:\n{}'.format(
+                item.nodeid, _PLUGIN, traceback.format_exc()), [], None),
             time.monotonic() - start)
 
 
