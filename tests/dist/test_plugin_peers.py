@@ -103,17 +103,14 @@ def test_ours_fails():
     assert MPI.COMM_WORLD.rank == 0, 'ours: rank 1 disagrees'
 
 
+# ranks= is no keyword of pytest-mpi's: ours, under its --with-mpi rule.
+@pytest.mark.mpi(ranks=[2, 3], timeout=120)
+def test_ours_by_the_shared_name(mpi_ranks):
+    from mpi4py import MPI
+    assert MPI.COMM_WORLD.size == mpi_ranks
+
+
 def test_unmarked():
-    pass
-'''
-
-# Written our way, in a session where pytest-mpi owns the marker.
-OUR_WAY_UNDER_PYTEST_MPI = '''
-import pytest
-
-
-@pytest.mark.mpi(ranks=[2])
-def test_ours_by_the_peers_name():
     pass
 '''
 
@@ -207,9 +204,9 @@ def sessions(tmp_path_factory):
         'pytest_mpi_job': _start(root / 'pytest_mpi_job',
                                  {'test_both.py': PYTEST_MPI_TESTS},
                                  ['--with-mpi'], pm, mpiexec_n=2),
-        'our_way': _start(root / 'our_way',
-                          {'test_our_way.py': OUR_WAY_UNDER_PYTEST_MPI},
-                          ['--collect-only', '-q'], pm),
+        'pytest_mpi_with': _start(root / 'pytest_mpi_with',
+                                  {'test_both.py': PYTEST_MPI_TESTS},
+                                  ['--with-mpi'], pm),
     }
     return {name: Session(*s) for name, s in started.items()}
 
@@ -251,9 +248,11 @@ def test_beside_pytest_isolate_mpi_each_failure_has_its_plugins_report(
 @pytest.mark.mpi
 def test_beside_pytest_mpi_both_kinds_run(sessions):
     plain, job = sessions['pytest_mpi'], sessions['pytest_mpi_job']
-    # Plain pytest: pytest-mpi skips its tests (they need --with-mpi under
-    # mpirun); ours run as MPI jobs.
-    for name in ('test_theirs', 'test_theirs_fails'):
+    # Plain pytest: pytest-mpi skips every mpi test (they need --with-mpi
+    # under mpirun), ours by that name too; minichain_mpi ones run as MPI
+    # jobs.
+    for name in ('test_theirs', 'test_theirs_fails',
+                 'test_ours_by_the_shared_name[ranks=2]'):
         kind, text = plain.case(name)
         assert kind == 'skipped' and 'need --with-mpi' in text, plain.output
     for k in (2, 3):
@@ -271,16 +270,28 @@ def test_beside_pytest_mpi_both_kinds_run(sessions):
     assert job.output.count('test session starts') == 2, job.output
     assert 'PASSED test_both.py::test_theirs\n' in job.output, job.output
     assert 'PASSED test_both.py::test_ours[ranks=2]' in job.output
+    assert 'PASSED test_both.py::test_ours_by_the_shared_name[ranks=2]' in \
+        job.output
     assert 'FAILED test_both.py::test_theirs_fails' in job.output
     assert 'FAILED test_both.py::test_ours_fails[ranks=2]' in job.output
     assert 'runs as an MPI job of 3 ranks; this job has 2' in job.output
 
 
 @pytest.mark.mpi
-def test_our_mark_by_the_peers_name_says_which_to_write(sessions):
-    out = sessions['our_way'].output
-    assert "@pytest.mark.mpi is pytest-mpi's in this session" in out, out
-    assert '@pytest.mark.minichain_mpi(ranks=[2])' in out, out
+def test_beside_pytest_mpi_with_mpi_outside_a_job_runs_ours_as_jobs(
+        sessions):
+    # pytest --with-mpi, no mpirun: pytest-mpi runs its tests on this one
+    # process (skipping those of min_size 2); ours still get their jobs,
+    # and --with-mpi reaches the ranks (else pytest-mpi skips them there).
+    s = sessions['pytest_mpi_with']
+    for name in ('test_theirs', 'test_theirs_fails'):
+        kind, text = s.case(name)
+        assert kind == 'skipped' and 'requires 2 MPI processes' in text, \
+            s.output
+    for k in (2, 3):
+        for name in ('test_ours', 'test_ours_by_the_shared_name'):
+            assert s.case('{}[ranks={}]'.format(name, k))[0] == 'passed', \
+                s.output
 
 
 # -- without MPI or PyPI -------------------------------------------------------

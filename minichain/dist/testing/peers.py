@@ -9,10 +9,14 @@ rule is:
 
 * ``@pytest.mark.minichain_mpi(ranks=[2, 3], timeout=...)`` is always ours;
   no peer knows that name.
-* ``@pytest.mark.mpi(...)`` is ours only while no peer is active. With a
-  peer active it is the peer's (its marks look like ours: pytest-isolate-mpi
-  takes ``ranks=`` and ``timeout=`` too), and this plugin leaves those items
-  alone: no parametrization, no relaunch, no report gathering.
+* ``@pytest.mark.mpi(...)`` is ours while no peer is active.
+* With pytest-isolate-mpi active, every ``mpi`` mark is its own: its marks
+  look like ours (it takes ``ranks=`` and ``timeout=`` too), and it runs
+  every test so marked. This plugin leaves those items alone: no
+  parametrization, no relaunch, no report gathering.
+* With pytest-mpi active, a bare mark and ``mpi(min_size=...)`` are its
+  own; ``mpi(ranks=...)`` (a keyword it does not have) stays ours, under
+  its rule that ``mpi`` tests run only with ``--with-mpi``.
 
 Peers are found among the plugins pytest registered (entry points, ``-p``,
 ``pytest_plugins``), so ``-p no:pytest_mpi`` turns the rule off again.
@@ -69,12 +73,7 @@ def our_mark(node):
                 'minichain.dist.testing.pytest_plugin'.format(
                     node.nodeid, theirs[0], _THEIR_KEYWORDS[theirs[0]]))
         return mark
-    if peer == 'pytest-mpi' and 'ranks' in mark.kwargs:
-        # pytest-mpi would ignore ranks= (and skip the test without
-        # --with-mpi): say so instead of letting it pass unrun.
-        raise TypeError(
-            '{}: @pytest.mark.mpi is pytest-mpi\'s in this session, and '
-            'pytest-mpi takes no ranks=: mark the test '
-            '@pytest.mark.minichain_mpi(ranks={!r}) to run it as an MPI job '
-            'of each rank count'.format(node.nodeid, mark.kwargs['ranks']))
+    if peer == 'pytest-mpi' and 'ranks' in mark.kwargs and \
+            'min_size' not in mark.kwargs:
+        return mark
     return None

@@ -246,6 +246,10 @@ def _pytest_args(config, job):
         args += ['-n', '0']  # one test, in this rank
     for ini in option.override_ini or ():
         args += ['-o', ini]
+    if getattr(option, 'with_mpi', False):
+        # pytest-mpi's switch: without it there, pytest-mpi skips the test
+        # in the ranks (its rule for every mpi mark, ours included).
+        args.append('--with-mpi')
     return args + ['-o', 'cache_dir=' + os.path.join(job, 'cache')]
 
 
