@@ -321,10 +321,12 @@ def pytest_runtest_protocol(item, nextitem):
         job_reports = relaunch.run(item, k, mpi_spec(item))
         # The test ran in the job; here, as pytest's own protocol would,
         # tear down what the next item does not share (a module fixture of
-        # an earlier test when this one is the module's last). The same
-        # private SetupState pytest-isolate-mpi tears down.
+        # an earlier test when this one is the module's last), as
+        # pytest-isolate-mpi does. Only pytest's runner's teardown: other
+        # plugins' teardown hooks expect their setup, which ran in the job.
+        runner = item.config.pluginmanager.get_plugin('runner')
         torn = pytest.CallInfo.from_call(
-            lambda: item.session._setupstate.teardown_exact(nextitem),
+            lambda: runner.pytest_runtest_teardown(item, nextitem),
             when='teardown')
         if torn.excinfo is not None:
             job_reports[-1] = ihook.pytest_runtest_makereport(item=item,
