@@ -32,9 +32,10 @@ MPI itself; ``-m "not mpi"`` deselects both kinds. Turn the plugin off with
 ``-p no:minichain.dist.testing.pytest_plugin``.
 
 ``@pytest.mark.minichain_mpi(ranks=..., timeout=...)`` is the same mark under
-a name no other plugin has. While ``pytest-mpi`` or ``pytest-isolate-mpi`` is
-active, ``mpi`` marks are theirs and only ``minichain_mpi`` ones are run here
-(:mod:`.peers`); a job the user started then reports from every rank.
+a name no other plugin has. While ``pytest-isolate-mpi`` is active, ``mpi``
+marks are its own; beside ``pytest-mpi`` only ``mpi(ranks=...)`` ones stay
+ours (:mod:`.peers`). With either, a job the user started reports from
+every rank.
 """
 import faulthandler
 import os
