@@ -1,5 +1,5 @@
-"""minichain.dist.testing.pytest_plugin, used as a user would: files of tests in a
-temporary folder, run by plain ``pytest`` (and by ``mpiexec -n 2 pytest``)
+"""minichain.dist.testing.pytest_plugin, used as a user would: files of tests
+in a temporary folder, run by plain ``pytest`` (and by ``mpiexec -n 2 pytest``)
 in subprocesses, with the plugin found through its entry point.
 
 The sessions start together (most of their time is waiting for MPI jobs or
@@ -121,9 +121,65 @@ def test_bad():
     pass
 '''
 
+# Marks of the peer plugins (tests/dist/test_plugin_peers.py runs them
+# with the peer installed); here neither is.
+ISOLATE_MARK = '''
+import pytest
+
+
+@pytest.mark.mpi(ranks=2, timeout=60, unit="s")
+def test_isolate_style():
+    pass
+'''
+
+PYTEST_MPI_MARK = '''
+import pytest
+
+
+@pytest.mark.mpi(min_size=2)
+def test_pytest_mpi_style():
+    pass
+'''
+
+OWN_MARK = '''
+import pytest
+
+
+@pytest.mark.minichain_mpi(ranks=[2, 3])
+def test_own_name(mpi_ranks):
+    pass
+'''
+
+# An mpi test last in its module, after a test that set up a module
+# fixture: the fixture must be torn down before the next module's test.
+LAST_IN_MODULE = '''
+import pytest
+
+
+@pytest.fixture(scope='module')
+def resource():
+    yield
+    print('torn down')
+
+
+def test_first(resource):
+    pass
+
+
+@pytest.mark.mpi(ranks=[2])
+def test_last():
+    pass
+'''
+
+NEXT_MODULE = '''
+def test_next():
+    pass
+'''
+
 NO_MPIEXEC = '''
 import minichain.dist.launcher
-minichain.dist.launcher.find_mpiexec = lambda python=None: None  # as if none installed
+# As if none were installed:
+minichain.dist.launcher.find_mpiexec = lambda python=None: None
 '''
 
 ONE_TEST = '''
@@ -168,8 +224,14 @@ def sessions(tmp_path_factory):
         'in_job': _start(root / 'in_job', {'test_in_job.py': IN_JOB},
                          ['-rA'], mpiexec_n=2),
         'marks': _start(root / 'marks', {'test_marks.py': MARKS,
-                                         'test_bad_mark.py': BAD_MARK},
+                                         'test_bad_mark.py': BAD_MARK,
+                                         'test_isolate_mark.py': ISOLATE_MARK,
+                                         'test_mpi_mark.py': PYTEST_MPI_MARK,
+                                         'test_own_mark.py': OWN_MARK},
                         ['--collect-only', '-q']),
+        'last_in_module': _start(root / 'last_in_module', {
+            'test_a.py': LAST_IN_MODULE, 'test_b.py': NEXT_MODULE},
+            ['-rA', '-s']),
         'no_mpiexec': _start(root / 'no_mpiexec', {
             'conftest.py': NO_MPIEXEC, 'test_one.py': ONE_TEST}, []),
         'bad_mpiexec': _start(root / 'bad_mpiexec', {'test_one.py': ONE_TEST},
@@ -304,6 +366,24 @@ def test_ids_and_mark_checks(sessions):
     assert 'test_marks.py::test_bare_label\n' in out, out
     assert 'ranks must be a non-empty list of rank counts >= 1' in out, out
     assert 'test_bad_mark.py::test_bad' in out, out
+    for k in (2, 3):
+        assert 'test_own_mark.py::test_own_name[ranks={}]'.format(k) in out
+    # A peer's mark, the peer not installed: one line saying whose it is.
+    assert ('@pytest.mark.mpi(unit=...) is a mark of pytest-isolate-mpi, '
+            'which is not active in this session') in out, out
+    assert ('@pytest.mark.mpi(min_size=...) is a mark of pytest-mpi, '
+            'which is not active') in out, out
+
+
+@pytest.mark.mpi
+def test_module_fixture_torn_down_when_an_mpi_test_is_last(sessions):
+    run = sessions['last_in_module']
+    assert run.returncode == 0, run.output
+    for name in ('test_first', 'test_last[ranks=2]', 'test_next'):
+        assert run.case(name)[0] == 'passed', run.output
+    # Before the next module's test, not at the end of the session.
+    assert run.output.index('torn down') < run.output.index(
+        'test_b.py .'), run.output
 
 
 @pytest.mark.mpi
@@ -316,12 +396,64 @@ def test_missing_mpiexec_fails_saying_what_to_install(sessions):
         assert words in text and 'pip install -e ".[mpi]"' in text, text
 
 
+NEW = 'minichain.dist.testing.pytest_plugin'
+OLD = 'minichain.dist.pytest_plugin'  # its path until 2026-12
+
+
+@pytest.fixture(scope='module')
+def by_name(tmp_path_factory):
+    """The plugin turned on and off by name, the old name included."""
+    pytest.importorskip('mpi4py', reason='mpi4py is not installed')
+    root = tmp_path_factory.mktemp('names')
+    manual = {'PYTEST_DISABLE_PLUGIN_AUTOLOAD': '1'}
+    started = {
+        'old': _start(root / 'old', {'test_one.py': ONE_TEST}, ['-p', OLD]),
+        'old_manual': _start(root / 'old_manual', {'test_one.py': ONE_TEST},
+                             ['-p', OLD], env=manual),
+        'new_manual': _start(root / 'new_manual', {'test_one.py': ONE_TEST},
+                             ['-p', NEW], env=manual),
+        'off': _start(root / 'off', {'test_one.py': ONE_TEST},
+                      ['-p', 'no:' + NEW, '--collect-only', '-q']),
+        'old_off': _start(root / 'old_off', {'test_one.py': ONE_TEST},
+                          ['-p', 'no:' + OLD]),
+    }
+    done = {}
+    for name, (proc, folder, start) in started.items():
+        out, _ = proc.communicate(timeout=600)
+        done[name] = Session(proc.returncode, out.decode(errors='replace'),
+                             folder, time.monotonic() - start)
+    return done
+
+
+@pytest.mark.mpi
+def test_plugin_on_by_its_name_or_its_old_name(by_name):
+    # The old name with autoload on: pluggy would refuse the plugin module
+    # under a second name; it loads the plugin once instead.
+    for name in ('old', 'old_manual', 'new_manual'):
+        run = by_name[name]
+        assert run.returncode == 0, run.output
+        assert run.case('test_needs_mpiexec[ranks=2]')[0] == 'passed', \
+            run.output
+        assert 'already registered' not in run.output, run.output
+
+
+@pytest.mark.mpi
+def test_plugin_off_by_its_name_and_the_old_name_says_the_new_one(by_name):
+    off = by_name['off'].output
+    assert 'test_one.py::test_needs_mpiexec\n' in off, off  # no [ranks=2]
+    run = by_name['old_off']
+    assert run.returncode == 4, run.output
+    assert run.output.strip() == (
+        'ERROR: -p no:{}: the plugin is named {} since 2026-12; write -p '
+        'no:{}'.format(OLD, NEW, NEW)), run.output
+
+
 # -- without MPI -------------------------------------------------------------
 def test_plugin_import_is_light():
     res = subprocess.run(
-        [sys.executable, '-c', 'import sys, minichain.dist.testing.pytest_plugin; '
-         'print("mpi4py" in sys.modules)'], capture_output=True, text=True,
-        timeout=60)
+        [sys.executable, '-c', 'import sys, minichain.dist.testing.'
+         'pytest_plugin; print("mpi4py" in sys.modules)'],
+        capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stdout.strip() == 'False', res.stderr
 
 

@@ -30,6 +30,12 @@ the OpenBLAS/MKL ones) = cores / k, unless they are set already.
 A bare ``@pytest.mark.mpi`` (no arguments) only labels a test that starts
 MPI itself; ``-m "not mpi"`` deselects both kinds. Turn the plugin off with
 ``-p no:minichain.dist.testing.pytest_plugin``.
+
+``@pytest.mark.minichain_mpi(ranks=..., timeout=...)`` is the same mark under
+a name no other plugin has. While ``pytest-isolate-mpi`` is active, ``mpi``
+marks are its own; beside ``pytest-mpi`` only ``mpi(ranks=...)`` ones stay
+ours (:mod:`.peers`). With either, a job the user started reports from
+every rank.
 """
 import faulthandler
 import os
@@ -38,13 +44,16 @@ import time
 
 import pytest
 
+from minichain.dist.testing import peers
 from minichain.dist.testing import reports
 from minichain.dist.testing import relaunch
 from minichain.dist.transports import shm_files
 from minichain.dist.transports.mpi import TAG_TEST_ACK, TAG_TEST_RECORD
 
-MARK = 'mpi'
 DEFAULT_TIMEOUT = 300.0
+# Its module path until 2026-12 (minichain/dist/_moved.py keeps it
+# importable; testing/plugin_old_name.py is what it names).
+OLD_NAME = 'minichain.dist.pytest_plugin'
 _STATE = pytest.StashKey()
 _SKIP = pytest.StashKey()
 
@@ -63,12 +72,14 @@ class MpiSpec:
 
 
 def mpi_spec(node):
-    """The MpiSpec of a test (its closest ``mpi`` mark), or None when it has
-    none or a bare one. Raises TypeError naming the test for a bad mark."""
-    mark = node.get_closest_marker(MARK)
-    if mark is None or (not mark.args and not mark.kwargs):
+    """The MpiSpec of a test (its closest ``mpi`` or ``minichain_mpi``
+    mark, see :mod:`.peers`), or None when it has none, a bare one, or one
+    an active peer plugin owns. Raises TypeError naming the test for a bad
+    mark."""
+    mark = peers.our_mark(node)
+    if mark is None:
         return None
-    where = '{}: @pytest.mark.mpi'.format(node.nodeid)
+    where = '{}: @pytest.mark.{}'.format(node.nodeid, mark.name)
     if mark.args or set(mark.kwargs) - {'ranks', 'timeout'}:
         raise TypeError('{} takes ranks=[...] and timeout=seconds only, got '
                         'args {} and keywords {}'.format(
@@ -87,15 +98,24 @@ def mpi_spec(node):
 
 
 def ranks_of(item):
-    """The rank count of an item of a marked test, else None."""
+    """The rank count of an item of a test marked for this plugin, else
+    None (also for an item a peer plugin parametrized)."""
     callspec = getattr(item, 'callspec', None)
-    return callspec.params.get('mpi_ranks') if callspec else None
+    if callspec is None or 'mpi_ranks' not in callspec.params or \
+            peers.our_mark(item) is None:
+        return None
+    return callspec.params['mpi_ranks']
 
 
 @pytest.fixture
 def mpi_ranks(request):
     """The rank count of this item of an ``mpi(ranks=[...])`` test."""
     if not hasattr(request, 'param'):
+        if peers.active_peer(request.config) == 'pytest-isolate-mpi':
+            # It has an autouse fixture of this name, which gives 1 to a
+            # test it did not parametrize; whichever of the two pytest
+            # picks must answer alike.
+            return 1
         pytest.fail('the mpi_ranks fixture is for tests marked '
                     '@pytest.mark.mpi(ranks=[...])', pytrace=False)
     return request.param
@@ -121,15 +141,19 @@ def _world_from_environment():
 class InJob:
     """This process is a rank of an MPI job the user started."""
 
-    def __init__(self, rank, size):
+    def __init__(self, rank, size, gather=True):
         self.rank, self.size, self.comm, self.stdout = rank, size, None, None
+        # gather: rank 0 alone reports every rank's outcome. Off while a
+        # peer plugin is active: under pytest-mpi each rank reports its
+        # own, and pytest-isolate-mpi's jobs pickle each rank's reports.
+        self.gather = gather
         # pytest captures fd 2 during tests; a timeout's stacks must not
         # vanish with the capture.
         self.stderr = os.fdopen(os.dup(2), 'w')
 
     def start(self):
         """Called as the session starts, on every rank together."""
-        if self.size > 1 and relaunch.have_mpi4py():
+        if self.gather and self.size > 1 and relaunch.have_mpi4py():
             from mpi4py import MPI
             self.comm = MPI.COMM_WORLD.Dup()
             # A test's job may be killed at its timeout: no files left.
@@ -219,18 +243,26 @@ def _wait_for(ready, seconds):
 # -- hooks ---------------------------------------------------------------------
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
-    config.addinivalue_line(
-        'markers', 'mpi(ranks=[2, 3], timeout=300): run the test as an MPI '
-        'job of each rank count (minichain.dist.testing.pytest_plugin); a bare mpi '
-        'mark only labels a test that starts MPI itself')
+    if config.pluginmanager.is_blocked(OLD_NAME):
+        raise pytest.UsageError(
+            '-p no:{}: the plugin is named {} since 2026-12; write -p no:{}'
+            .format(OLD_NAME, __name__, __name__))
+    peer = peers.active_peer(config)
+    what = ('(ranks=[2, 3], timeout=300): run the test as an MPI job of each '
+            'rank count ({}); a bare mark only labels a test that starts MPI '
+            'itself'.format(__name__))
+    config.addinivalue_line('markers', peers.OWN_MARK + what)
+    if peer is None:  # else the peer's marker (see .peers)
+        config.addinivalue_line('markers', peers.MARK + what)
     if os.environ.get(relaunch.ENV_JOB):
         state = relaunch.Rank(os.environ.pop(relaunch.ENV_JOB),
                               _world_from_environment() or relaunch.mpi_world())
         config.option.basetemp = state.basetemp
     else:
         world = _world_from_environment()
-        state = InJob(*world) if world else None
-        if state and state.rank and state.size > 1 and relaunch.have_mpi4py():
+        state = InJob(*world, gather=peer is None) if world else None
+        if state and state.gather and state.rank and state.size > 1 and \
+                relaunch.have_mpi4py():
             # The terminal reporter, made next, writes where sys.stdout
             # points now: ranks other than 0 print nothing, and write no
             # JUnit XML over rank 0's.
@@ -287,7 +319,20 @@ def pytest_runtest_protocol(item, nextitem):
         ihook = item.ihook
         ihook.pytest_runtest_logstart(nodeid=item.nodeid,
                                       location=item.location)
-        for report in relaunch.run(item, k, mpi_spec(item)):
+        job_reports = relaunch.run(item, k, mpi_spec(item))
+        # The test ran in the job; here, as pytest's own protocol would,
+        # tear down what the next item does not share (a module fixture of
+        # an earlier test when this one is the module's last), as
+        # pytest-isolate-mpi does. Only pytest's runner's teardown: other
+        # plugins' teardown hooks expect their setup, which ran in the job.
+        runner = item.config.pluginmanager.get_plugin('runner')
+        torn = pytest.CallInfo.from_call(
+            lambda: runner.pytest_runtest_teardown(item, nextitem),
+            when='teardown')
+        if torn.excinfo is not None:
+            job_reports[-1] = ihook.pytest_runtest_makereport(item=item,
+                                                              call=torn)
+        for report in job_reports:
             ihook.pytest_runtest_logreport(report=report)
         ihook.pytest_runtest_logfinish(nodeid=item.nodeid,
                                        location=item.location)

@@ -177,8 +177,8 @@ def run(item, k, spec):
         return _run(item, k, spec, start)
     except Exception:
         return _reports(item, reports.Result(
-            'failed', 'setup', '{}: minichain.dist.testing.pytest_plugin failed:\n{}'
-            .format(item.nodeid, traceback.format_exc()), [], None),
+            'failed', 'setup', '{}: {} failed:\n{}'.format(
+                item.nodeid, _PLUGIN, traceback.format_exc()), [], None),
             time.monotonic() - start)
 
 
@@ -246,6 +246,10 @@ def _pytest_args(config, job):
         args += ['-n', '0']  # one test, in this rank
     for ini in option.override_ini or ():
         args += ['-o', ini]
+    if getattr(option, 'with_mpi', False):
+        # pytest-mpi's switch: without it there, pytest-mpi skips the test
+        # in the ranks (its rule for every mpi mark, ours included).
+        args.append('--with-mpi')
     return args + ['-o', 'cache_dir=' + os.path.join(job, 'cache')]
 
 

@@ -1,7 +1,7 @@
 """Each rank's outcome of one test, and the one report made of them all.
 
-The pytest plugin (:mod:`minichain.dist.testing.pytest_plugin`) turns every rank's
-``TestReport`` of a phase (setup, call, teardown) into a small dict, a
+The pytest plugin (:mod:`minichain.dist.testing.pytest_plugin`) turns every
+rank's ``TestReport`` of a phase (setup, call, teardown) into a small dict, a
 *record* that travels as JSON (a relaunched job's files) or over MPI (a job
 started by the user), and :func:`combine` turns the records of all ranks
 into one outcome and one message: which ranks failed, in which phase and
