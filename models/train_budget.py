@@ -53,7 +53,7 @@ FORWARD_SHARE = 1 / 3
 # length, from the speed of the iterations in between; it leaves this
 # share of the budget unplanned (the speed still varies after it).
 REPLAN_SHARE = 0.2
-RESERVE = 0.03
+RESERVE = 0.05
 # TimeBudget's stages: measuring the first window, measuring the second
 # (the first plan in force), fixed for good.
 MEASURING, REPLANNING, FIXED = 0, 1, 2
