@@ -8,8 +8,8 @@ pair runs the two in alternating order, one right after the other, so
 that the machine's drift touches them alike. The figure is the median over
 pairs of NumPy time / oneDNN time (above 1: oneDNN faster), with the
 pairs' quartiles (the middle half of the ratios): a difference inside
-that spread is no difference. These are the figures that decide which oneDNN kernels
-``minichain/kernels/onednn/__init__.py`` registers.
+that spread is no difference. These are the figures that decide which
+oneDNN kernels ``minichain/kernels/onednn/__init__.py`` registers.
 
     OMP_WAIT_POLICY=passive python bench/onednn_ops.py [--pairs 15]
 """

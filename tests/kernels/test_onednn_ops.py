@@ -45,7 +45,7 @@ def _sum_tol(terms, magnitude):
     return testing.sum_tolerance(terms, magnitude, F32)
 
 
-# -- ReLU ----------------------------------------------------------------------
+# -- ReLU ---------------------------------------------------------------------
 @pytest.mark.parametrize('spec', BNS, ids=lambda s: 'n{}c{}h{}'.format(*s))
 def test_relu_kernels_equal_bodies_bit_for_bit(spec):
     n, c, h = spec
@@ -57,7 +57,7 @@ def test_relu_kernels_equal_bodies_bit_for_bit(spec):
                                       (y, _rand(rng, n, c, h, h)))
 
 
-# -- pooling -------------------------------------------------------------------
+# -- pooling ------------------------------------------------------------------
 # ResNet-50's one max pooling: 3x3/2, pad 1, after the 7x7/2 stem at 224
 # (112 -> 56), without cover_all; with it, and another map size, too.
 MAX_POOLS = [((2, 64, 112), 3, 2, 1, False), ((2, 64, 112), 3, 2, 1, True),
@@ -135,7 +135,7 @@ def test_global_average_pooling_kernel_equals_body(h):
         atol=_sum_tol(h * h, abs(x).max()))
 
 
-# -- linear --------------------------------------------------------------------
+# -- linear -------------------------------------------------------------------
 @pytest.mark.parametrize('n, i, o', [(2, 2048, 10), (2, 2048, 1000)])
 def test_linear_kernels_equal_bodies(n, i, o):
     rng = numpy.random.default_rng(o)
@@ -159,7 +159,7 @@ def test_linear_kernels_equal_bodies(n, i, o):
                                                         @ abs(x)).max()))
 
 
-# -- what they decline ---------------------------------------------------------
+# -- what they decline --------------------------------------------------------
 def _geometry(x, cover_all=False):
     return P._pool_geometry('max_pooling_2d', x, 3, 2, 1, cover_all)
 
@@ -227,7 +227,7 @@ def test_the_seam_falls_back_to_the_numpy_kernels(monkeypatch):
         numpy.testing.assert_array_equal(got, want)
 
 
-# -- the weights' reordered copy (off by default) --------------------------------
+# -- the weights' reordered copy (off by default) -----------------------------
 def test_cached_weights_last_until_the_parameters_change(monkeypatch):
     from minichain import links, optimizers
     from minichain.functions import convolution as C

@@ -107,7 +107,7 @@ def _workspace(indexes, g):
     return numpy.ascontiguousarray(indexes, want)
 
 
-# -- max pooling -----------------------------------------------------------------
+# -- max pooling --------------------------------------------------------------
 def max_pooling_2d(node, inputs):
     x, = inputs
     g = node.g
@@ -134,7 +134,7 @@ def max_pooling_2d_grad(node, inputs):
     return plan({L.ARG_DIFF_DST: gy, L.ARG_WORKSPACE: ws})[L.ARG_DIFF_SRC],
 
 
-# -- average pooling -------------------------------------------------------------
+# -- average pooling ----------------------------------------------------------
 def average_pooling_2d(node, inputs):
     x, = inputs
     if not _usable(x):
