@@ -47,7 +47,9 @@ def _sum_tol(terms, magnitude):
 
 # -- ReLU ---------------------------------------------------------------------
 @pytest.mark.parametrize('spec', BNS, ids=lambda s: 'n{}c{}h{}'.format(*s))
-def test_relu_kernels_equal_bodies_bit_for_bit(spec):
+def test_relu_kernels_equal_bodies_bit_for_bit(spec, monkeypatch):
+    # every size, also those left to the NumPy kernel for speed
+    monkeypatch.setattr(onednn.activation, '_MIN_SIZE', 1)
     n, c, h = spec
     rng = numpy.random.default_rng(sum(spec))
     x = _rand(rng, n, c, h, h)
@@ -169,10 +171,11 @@ def test_other_dtypes_and_layouts_are_declined():
     x = _rand(rng, 2, 4, 6, 6)
     g = _geometry(x)
     strided = numpy.asfortranarray(x)
+    big = _rand(rng, 2, 64, 16, 16)    # above activation._MIN_SIZE
     for dtype in (numpy.float64, numpy.float16):
-        a = x.astype(dtype)
-        assert _kernel(A.ReLU)(A.ReLU(), (a,)) is None
-        assert _kernel(A.ReLUGrad)(A.ReLUGrad(), (a, a)) is None
+        a, b = x.astype(dtype), big.astype(dtype)
+        assert _kernel(A.ReLU)(A.ReLU(), (b,)) is None
+        assert _kernel(A.ReLUGrad)(A.ReLUGrad(), (b, b)) is None
         assert _kernel(P.MaxPooling2D)(P.MaxPooling2D(g), (a,)) is None
         assert _kernel(P.AveragePooling2D)(P.AveragePooling2D(g),
                                            (a,)) is None
@@ -182,12 +185,21 @@ def test_other_dtypes_and_layouts_are_declined():
         assert _kernel(LinearFunction)(LinearFunction(), (m, m)) is None
         assert _kernel(M.MatMul)(M.MatMul(), (m, m.T.copy())) is None
     node = A.ReLU()
-    assert _kernel(A.ReLU)(node, (strided,)) is None
+    assert _kernel(A.ReLU)(node, (numpy.asfortranarray(big),)) is None
     assert node._output_indexes_to_retain is None   # nothing half-done
     assert _kernel(P.MaxPooling2D)(P.MaxPooling2D(g), (strided,)) is None
     # a product whose first operand is neither C- nor F-ordered
     m = _rand(rng, 8, 12)[:, ::2]
     assert _kernel(M.MatMul)(M.MatMul(), (m, _rand(rng, 6, 3))) is None
+
+
+def test_small_arrays_are_left_to_the_numpy_relu():
+    # where the NumPy kernel measured as fast (activation._MIN_SIZE)
+    rng = numpy.random.default_rng(6)
+    small, large = _rand(rng, 32, 100), _rand(rng, 100, 1000)
+    assert _kernel(A.ReLU)(A.ReLU(), (small,)) is None
+    assert _kernel(A.ReLU)(A.ReLU(), (large,)) is not None
+    assert _kernel(A.ReLUGrad)(A.ReLUGrad(), (small, small)) is None
 
 
 def test_max_pooling_with_nan_is_declined_and_propagates_nan():

@@ -81,7 +81,8 @@ def _gated(kernel):
 # - the convolutions;
 # - ReLU forward + backward: 1.1-2.2x at 6 of 7 activation shapes (batch
 #   32 at 14x14 to 2x2, batch 8 at 112 and 56), 0.90x (0.53-1.80: no
-#   difference) at 32x256x14x14;
+#   difference) at 32x256x14x14 (arrays under 16384 elements declined:
+#   0.80x at 32x100);
 # - max and average pooling forward + backward, 3x3/2 pad 1 at 8x64x112
 #   (ResNet-50's stem pooling at 224): 5.1x and 4.7x.
 # Written, tested and not registered:
