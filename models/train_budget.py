@@ -1,32 +1,38 @@
 """The time budget of models/train_resnet50.py: as many iterations as fit
-``--time-budget`` minutes on this machine, fixed once, early.
+``--time-budget`` minutes on this machine, planned early and re-planned
+once.
 
 The first iterations are ordinary training steps. Every rank times
 iterations ``SKIP + 1`` to the warm-up's end, ``MEASURE`` at most (the
 first ``SKIP`` carry one-time costs: memory allocated and touched for the
-first time; the iterations soon after them can still run slower than
-later ones, and one step's time varies by a tenth or more on a shared
-machine, so the window is as long as the warm-up allows), the
-ranks agree on the slowest rank's speed, and :func:`plan` turns the time
-left into a number of iterations, after setting aside what else the
-budget must hold: the script's start-up before training (the process's
-age, so that the interpreter and the imports count too), the evaluation
-at the end (its cost estimated from the measured speed of the
-forward pass), and those and the snapshots at every epoch's end on the
-way. From then on the length is fixed: the
-learning rate decays over it, and it is kept in the snapshots
-(:class:`TimeBudget`'s state), so that a resumed run goes on with the same
-length and does not measure again.
+first time, kernels' primitives built), the ranks agree on the slowest
+rank's speed, and :func:`plan` turns the time left into a number of
+iterations, after setting aside what else the budget must hold: the
+script's start-up before training (the process's age, so that the
+interpreter and the imports count too), the evaluation at the end (its
+cost estimated from the measured speed of the forward pass), and those
+and the snapshots at every epoch's end on the way.
 
-Why the measured iterations lie inside the warm-up: the learning rate
-there does not depend on the training length. ``WarmupDecayShift``'s ramp
-is a function of the iteration and of the warm-up's length, which is fixed
-up front (``--warmup``, in epochs of the training set), not a share of a
-length still unknown. So the iterations that run before the length is
-known get the rates that a run told that length from the start would give
-them, and a run whose budget chose N iterations trains exactly as
-``--iteration N`` does (a test checks it bit for bit). A warm-up defined
-as a share of the length would have to guess its slope while measuring.
+That first window is short, and the iterations soon after one-time costs
+run slower than later ones (``make train`` planned from 63 img/s and went
+on at 72, using 88% of its budget). So the run goes on timing, and once a
+``REPLAN_SHARE`` of the way to the first length is done it plans again
+from the speed of the iterations since, the last time, keeping a
+``RESERVE`` of the budget for the speed to vary on: training and
+evaluation then use 90-100% of it (the tests run synthetic speed-ups and
+slowdowns through it).
+
+The learning rate decays over the length in force: the first plan's until
+the re-plan, then the second's (``WarmupDecayShift``'s ``total`` set
+again: a step of 1-3% in the rate where it moves). Both lengths, the
+iteration of the re-plan and the measurements are kept in the snapshots
+(:class:`TimeBudget`'s state), so that a run resumed after the re-plan
+goes on with the same rates, bit for bit, and does not measure again; one
+resumed before it measures on. The first window lies inside the warm-up,
+whose rates do not depend on the length (``WarmupDecayShift``'s ramp is a
+function of the iteration and of the warm-up's length, fixed up front by
+``--warmup``), so the iterations before the first plan get the rates that
+any length would give them.
 """
 import math
 import os
@@ -43,6 +49,14 @@ SAVE_RATE = 100e6
 # When the updater does not time its forward passes: the forward's share
 # of an iteration (the backward costs about twice the forward).
 FORWARD_SHARE = 1 / 3
+# The re-plan: after this share of the way from the first plan to its
+# length, from the speed of the iterations in between; it leaves this
+# share of the budget unplanned (the speed still varies after it).
+REPLAN_SHARE = 0.2
+RESERVE = 0.05
+# TimeBudget's stages: measuring the first window, measuring the second
+# (the first plan in force), fixed for good.
+MEASURING, REPLANNING, FIXED = 0, 1, 2
 
 
 def process_age():
@@ -126,13 +140,16 @@ def minutes(seconds):
 
 
 class TimeBudget(extension.Extension):
-    """Fixes the training length from the speed of the first iterations:
-    see the module docstring.
+    """Fixes the training length from the speed of the iterations: see the
+    module docstring.
 
     It runs first in each iteration (before the evaluation, which runs at
-    the last one, and before the learning rate of the next update is set)
-    until iteration ``measure[1]``, where it sets ``length.total`` and
-    ``schedule.total``; rank 0 then prints what it chose and why.
+    the last one, and before the learning rate of the next update is set).
+    At iteration ``measure[1]`` it plans: it sets ``length.total`` and
+    ``schedule.total``. When the plan leaves room, it then times the
+    iterations up to ``replan_at`` (a ``REPLAN_SHARE`` of the way to that
+    length) and plans once more from their speed, the last time; rank 0
+    prints each plan and why.
 
     Args:
         seconds: the budget: the script's start-up (each rank's process
@@ -170,24 +187,29 @@ class TimeBudget(extension.Extension):
         self.save_seconds = snapshot_bytes / SAVE_RATE
         self.comm, self.clock, self.age = comm, clock, age
         self.out = out or (lambda line: print(line, flush=True))
-        # measured on this rank, then the slowest rank's (kept in snapshots)
+        self.stage = MEASURING
+        # the window being measured (after the re-plan: the last one), on
+        # this rank, then the slowest rank's (kept in snapshots)
         self.measured, self.iteration_seconds, self.forward_seconds = \
             0, 0.0, 0.0
         # this rank's start-up: the seconds before training (every run's
         # while the length is not fixed)
         self.startup = 0.0
+        # the first plan: its length and speed, and where the re-plan comes
+        self.first_total, self.first_speed, self.replan_at = None, 0.0, None
         self._previous = self._start = None
 
     # -- the state a resumed run continues from ------------------------------
     @property
     def fixed(self):
-        """Whether the length is fixed."""
-        return self.length.total is not None
+        """Whether the length is fixed for good (no plan to come)."""
+        return self.stage == FIXED
 
     def serialize(self, serializer):
-        """Save or load the length (-1: not fixed yet), the measurement
-        (seconds summed over the iterations measured so far) and the
-        start-up seconds."""
+        """Save or load the stage, the length (-1: not planned yet), the
+        measurement (seconds summed over the iterations measured so far),
+        the start-up seconds and the first plan."""
+        self.stage = int(serializer('stage', self.stage))
         total = serializer('total', -1 if self.length.total is None else
                            self.length.total)
         self.length.total = None if int(total) < 0 else int(total)
@@ -197,14 +219,21 @@ class TimeBudget(extension.Extension):
         self.forward_seconds = float(serializer('forward_seconds',
                                                 self.forward_seconds))
         self.startup = float(serializer('startup', self.startup))
+        first = serializer('first_total', -1 if self.first_total is None
+                           else self.first_total)
+        self.first_total = None if int(first) < 0 else int(first)
+        self.first_speed = float(serializer('first_speed', self.first_speed))
+        at = serializer('replan_at', -1 if self.replan_at is None else
+                        self.replan_at)
+        self.replan_at = None if int(at) < 0 else int(at)
 
     def initialize(self, trainer):
-        """Give the schedule a length restored from a snapshot; otherwise
-        start timing (the first iteration of this process is not
-        measured: it carries one-time costs again)."""
+        """Give the schedule a length restored from a snapshot; while a
+        plan is to come, start timing (the first iteration of this process
+        is not measured: it carries one-time costs again)."""
+        if self.length.total is not None and self.schedule is not None:
+            self.schedule.total = self.length.total
         if self.fixed:
-            if self.schedule is not None:
-                self.schedule.total = self.length.total
             return
         self.startup += self.age() or 0.0
         self._previous = None
@@ -223,15 +252,16 @@ class TimeBudget(extension.Extension):
                       _since(forward, self._previous[1], now -
                              self._previous[0]))
         self._previous = (now, forward)
-        if iteration >= self.last:
-            self._fix(trainer, now, forward)
+        if iteration >= (self.last if self.stage == MEASURING
+                         else self.replan_at):
+            self._plan(trainer, now, forward)
 
     def _add(self, iterations, seconds, forward):
         self.measured += iterations
         self.iteration_seconds += seconds
         self.forward_seconds += forward
 
-    def _fix(self, trainer, now, forward):
+    def _plan(self, trainer, now, forward):
         iteration = trainer.updater.iteration
         if not self.measured:  # resumed just before the end of the window
             then, forward_then, start = self._start
@@ -246,29 +276,52 @@ class TimeBudget(extension.Extension):
                                                      for v in zip(*every))
         self.iteration_seconds = step * self.measured  # the slowest rank's
         self.forward_seconds = forward_step * self.measured
-        total = plan(self.seconds - elapsed, iteration, step,
-                     self.evaluation_seconds(), self.save_seconds,
-                     self.per_epoch, self.every)
+        # The re-plan is the last: it leaves a RESERVE for the speed to
+        # vary on (the first plan need not: the re-plan corrects it).
+        left = self.seconds * (1 - (RESERVE if self.stage else 0)) - elapsed
+        total = plan(left, iteration, step, self.evaluation_seconds(),
+                     self.save_seconds, self.per_epoch, self.every)
         if self.comm is not None:  # the same on every rank, whatever differs
             total = min(self.comm.allgather_obj(total))
         self.length.total = total
         if self.schedule is not None:
             self.schedule.total = total
-        _sync_forward(trainer, False)
+        line = self.banner(elapsed - self.startup + (total - iteration) * step)
+        if self.stage == MEASURING:
+            self._first_plan(total, iteration)
+        else:
+            self.stage = FIXED
+        if self.fixed:
+            _sync_forward(trainer, False)
         if self.comm is None or self.comm.rank == 0:
-            self.out(self.banner(
-                elapsed - self.startup + (total - iteration) * step))
+            self.out(line)
             warmup = getattr(self.schedule, 'warmup', 0)
-            if total < 2 * warmup:
+            if self.replan_at in (None, iteration) and total < 2 * warmup:
                 warnings.warn(
                     'the time budget allows {} iterations, and the warm-up '
                     'alone takes {}: the learning rate hardly decays; give '
                     'a longer --time-budget or a shorter --warmup'.format(
                         total, warmup))
 
+    def _first_plan(self, total, iteration):
+        """Keep the first plan; re-plan at a REPLAN_SHARE of the way to it
+        when that leaves two iterations to measure and one to correct."""
+        self.first_total, self.first_speed = total, self.images_per_second()
+        replan = iteration + max(2, math.ceil(REPLAN_SHARE *
+                                              (total - iteration)))
+        if replan >= total:
+            self.stage = FIXED
+            return
+        self.stage, self.replan_at = REPLANNING, replan
+        self.measured, self.iteration_seconds, self.forward_seconds = \
+            0, 0.0, 0.0
+
     # -- what it says -------------------------------------------------------
     def images_per_second(self):
-        """The measured speed, all ranks (the slowest rank's pace)."""
+        """The measured speed, all ranks (the slowest rank's pace); the
+        first plan's while the second window has none."""
+        if not self.measured:
+            return self.first_speed
         return self.measured * self.batchsize * self.size / \
             self.iteration_seconds
 
@@ -276,7 +329,9 @@ class TimeBudget(extension.Extension):
         """The estimated cost of one evaluation: a rank's share of the
         validation images at the measured speed of the training forward
         pass (an overestimate: the evaluation's batch is larger and its
-        batch norm does less)."""
+        batch norm does less); 0 before anything is measured."""
+        if not self.measured:
+            return 0.0
         per_image = self.forward_seconds / (self.measured * self.batchsize)
         return math.ceil(self.val_images / self.size) * per_image
 
@@ -284,10 +339,12 @@ class TimeBudget(extension.Extension):
         """What was measured and chosen, and why (one line); ``training``:
         the seconds the iterations will have taken."""
         total = self.length.total
-        return ('time budget {}: measured {:.1f} img/s over {} iterations '
+        how = ('measured' if self.stage == MEASURING else
+               're-planned at iteration {} from'.format(self.replan_at))
+        return ('time budget {}: {} {:.1f} img/s over {} iterations '
                 '-> {:,} images ({:,} iterations) in {}, then about {} to '
                 'evaluate {:,} images (after {} of start-up)'.format(
-                    minutes(self.seconds), self.images_per_second(),
+                    minutes(self.seconds), how, self.images_per_second(),
                     self.measured, total * self.batchsize * self.size, total,
                     minutes(training), minutes(self.evaluation_seconds()),
                     self.val_images, minutes(self.startup)))
@@ -295,11 +352,17 @@ class TimeBudget(extension.Extension):
     def summary(self, elapsed):
         """The final summary's line: the budget, what it chose, and the
         time training and evaluation took (``elapsed`` seconds)."""
+        replanned = ''
+        if self.replan_at is not None:
+            replanned = (', re-planned at iteration {} (first {:,} from '
+                         '{:.1f} img/s)'.format(self.replan_at,
+                                                self.first_total,
+                                                self.first_speed))
         return ('time budget {}: {:,} iterations from {:.1f} img/s measured '
-                'over {} iterations; start-up took {}, training and '
+                'over {} iterations{}; start-up took {}, training and '
                 'evaluation {}'.format(
                     minutes(self.seconds), self.length.total,
-                    self.images_per_second(), self.measured,
+                    self.images_per_second(), self.measured, replanned,
                     minutes(self.startup), minutes(elapsed)))
 
 

@@ -50,11 +50,17 @@ def print_start(train_iter, n_val, comm, args, peak, warmup, budget):
         print('time budget {}: {:,} iterations, as the run that wrote the '
               'snapshot chose'.format(train_budget.minutes(budget.seconds),
                                       budget.length.total))
+    elif budget is not None and budget.length.total is not None:
+        print('time budget {}: {:,} iterations, as the run that wrote the '
+              'snapshot planned, until the speed up to iteration {} '
+              're-plans them'.format(train_budget.minutes(budget.seconds),
+                                     budget.length.total, budget.replan_at))
     elif budget is not None:
         print('time budget {} (start-up, training, evaluation): the '
-              'speed of iterations {}-{} fixes the length'.format(
+              'speed of iterations {}-{} plans the length, that of the '
+              'next {:.0%} of the way re-plans it'.format(
                   train_budget.minutes(budget.seconds), budget.first + 1,
-                  budget.last))
+                  budget.last, train_budget.REPLAN_SHARE))
     print('peak lr {:.4g} ({} x {} / 256), {:g}-epoch warm-up ({} '
           'iterations), {} decay; output in {}'.format(
               peak, args.lr, args.batchsize * comm.size, args.warmup, warmup,

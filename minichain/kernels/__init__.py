@@ -44,7 +44,8 @@ import numpy as _numpy
 
 from minichain.configuration import config
 
-__all__ = ['register', 'registered', 'forward', 'update', 'backends_for']
+__all__ = ['register', 'registered', 'forward', 'update', 'backends_for',
+           'parameters_changed', 'parameters_version']
 
 # (node type, backend name) -> kernel
 _registry = {}
@@ -53,6 +54,10 @@ _PACKAGES = {'numpy': 'minichain.kernels.numpy',
              'onednn': 'minichain.kernels.onednn',
              'cuda': 'minichain.kernels.cuda'}
 _loaded = set()
+# Bumped by every parameter update through :func:`update` (and by
+# :func:`parameters_changed`): what a kernel that caches something derived
+# from a parameter's values checks before using it.
+_parameters_version = 0
 
 
 def register(node_type, backend, kernel):
@@ -118,9 +123,26 @@ def forward(node, inputs):
 def update(rule, param):
     """Update ``param`` in place with ``rule``: the first kernel registered
     for the rule's type that takes the arrays, else ``rule.update_core``."""
+    global _parameters_version
+    _parameters_version += 1
     rule_type = type(rule)
     for backend in backends_for((param.array,)):
         kernel = registered(rule_type, backend)
         if kernel is not None and kernel(rule, param):
             return
     rule.update_core(param)
+
+
+def parameters_version():
+    """A number that changes whenever parameters may have changed in
+    place: at each update through :func:`update`, and at each
+    :func:`parameters_changed`."""
+    return _parameters_version
+
+
+def parameters_changed():
+    """Say that parameter arrays were written in place other than by an
+    optimizer's update (a load, a broadcast, a copy): caches derived from
+    their values are stale (see onednn/_plan.py, ``CACHE_WEIGHTS``)."""
+    global _parameters_version
+    _parameters_version += 1

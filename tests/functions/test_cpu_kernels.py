@@ -6,7 +6,7 @@ import numpy
 import pytest
 
 import minichain.functions as F
-from minichain import Variable, host, optimizers
+from minichain import Variable, host, optimizers, using_config
 from minichain import links as L
 from minichain.kernels.numpy import (_cpu_kernels, _im2col,
                                      _normalization_kernels,
@@ -71,7 +71,8 @@ def test_float32_on_the_cpu_takes_the_kernel(case, monkeypatch):
     calls = []
     for name in kernels:
         _spy(monkeypatch, module, name, calls)
-    run()
+    with using_config('use_onednn', 'never'):  # the NumPy path's kernels
+        run()
     assert set(calls) == set(kernels)
 
 

@@ -120,19 +120,80 @@ def test_the_length_follows_from_the_measured_speed():
     # iterations 3-22: 2 s each (32 images per rank: 16 img/s), 0.5 s of
     # it forward (1/64 s an image: 156.25 s for 10000 images); 55 s spent,
     # so (780 - 55 - 156.25) / 2 = 284 iterations more
-    assert budget.measured == 20 and budget.images_per_second() == 16
-    assert budget.evaluation_seconds() == 156.25
+    assert budget.first_speed == 16 and budget.evaluation_seconds() == 0
     assert budget.length.total == budget.schedule.total == 22 + 284
-    assert not trainer.updater.sync_forward
     assert lines == ['time budget 13 min: measured 16.0 img/s over 20 '
                      'iterations -> 9,792 images (306 iterations) in 10 min '
                      '23 s, then about 2 min 36 s to evaluate 10,000 images '
                      '(after 0 s of start-up)']
-    _iterate(budget, trainer, clock, 30, 9.0)  # later speeds change nothing
-    assert budget.length.total == 306
+    # a fifth of the way to it (57 iterations), it plans once more
+    assert budget.replan_at == 22 + 57 and not budget.fixed
+    assert trainer.updater.sync_forward
+    _iterate(budget, trainer, clock, 79, 2.0)  # the same speed, 5% kept
+    assert budget.fixed and not trainer.updater.sync_forward
+    # 55 + 57 * 2 = 169 s spent; (741 - 169 - 156.25) / 2 = 207 more
+    assert budget.length.total == budget.schedule.total == 79 + 207
+    assert lines[1].startswith('time budget 13 min: re-planned at iteration '
+                               '79 from 16.0 img/s over 57 iterations -> '
+                               '9,152 images (286 iterations)')
+    _iterate(budget, trainer, clock, 90, 9.0)  # later speeds change nothing
+    assert budget.length.total == 286 and len(lines) == 2
     assert budget.summary(777) == (
-        'time budget 13 min: 306 iterations from 16.0 img/s measured over 20 '
-        'iterations; start-up took 0 s, training and evaluation 12 min 57 s')
+        'time budget 13 min: 286 iterations from 16.0 img/s measured over 57 '
+        'iterations, re-planned at iteration 79 (first 306 from 16.0 img/s); '
+        'start-up took 0 s, training and evaluation 12 min 57 s')
+
+
+def _to_the_end(budget, trainer, clock, speed):
+    """Iterate (``speed(i)``: the seconds of iteration i, a quarter of it
+    forward) until the length stops the run, then evaluate at the speed
+    of the last forward pass; the seconds it all took."""
+    while not budget.length(trainer):
+        step = speed(trainer.updater.iteration + 1)
+        _iterate(budget, trainer, clock, trainer.updater.iteration + 1,
+                 step, step / 4)
+    return trainer.elapsed_time + 10000 * step / 4 / 32
+
+
+@pytest.mark.parametrize('later, first_share, share', [
+    (1.6, 0.80, 0.95),   # a slow warm-up, then 1.25x faster: it takes more
+    (2.4, 1.17, 0.95),   # slower after the warm-up: it takes fewer
+    (2.0, 0.99, 0.95),   # the same: 5% kept in reserve
+])
+def test_the_re_plan_uses_90_to_100_percent_of_the_budget(later, first_share,
+                                                          share):
+    """Iterations 3-22 take 2 s each, the rest ``later``: the first plan
+    alone would use ``first_share`` of the budget; re-planned, training and
+    evaluation use ``share`` of it (never more than all)."""
+    def speed(i):
+        return 2.0 if i <= 22 else later
+
+    first = _budget(_Clock(), seconds=780)
+    first.initialize(_trainer())
+    _iterate(first, _trainer(), first.clock, 22, 2.0)
+    alone = first.length.total
+    assert alone == 306
+
+    clock, trainer = _Clock(), _trainer()
+    budget = _budget(clock)
+    budget.initialize(trainer)
+    used = _to_the_end(budget, trainer, clock, speed) / 780
+    assert budget.first_total == 306 and budget.fixed
+    alone_used = (5 + 20 * 2 + (306 - 22) * later + 10000 * later / 128) / 780
+    assert alone_used == pytest.approx(first_share, abs=0.01)
+    assert 0.9 <= used <= 1.0 and used == pytest.approx(share, abs=0.01)
+
+
+def test_a_short_plan_is_not_re_planned():
+    # room for 2 iterations after the window: the re-plan would measure
+    # both and leave none to correct
+    clock, trainer = _Clock(), _trainer()
+    budget = _budget(clock, seconds=55 + 10000 * 0.5 / 32 + 4)
+    budget.initialize(trainer)
+    with pytest.warns(UserWarning, match='hardly decays'):
+        _iterate(budget, trainer, clock, 22, 2.0)
+    assert budget.length.total == 24 and budget.fixed
+    assert budget.replan_at is None and 'first' not in budget.summary(1)
 
 
 def test_the_start_up_counts_against_the_budget():
@@ -177,24 +238,61 @@ def test_a_short_budget_warns_that_the_rate_hardly_decays():
         _iterate(budget, trainer, clock, 22, 2.0)
 
 
+def _saved(budget):
+    saved = DictionarySerializer()
+    budget.serialize(saved)
+    return saved.target
+
+
 def test_a_resumed_run_keeps_the_length_and_does_not_measure():
     clock, trainer = _Clock(), _trainer()
     budget = _budget(clock)
     budget.initialize(trainer)
-    _iterate(budget, trainer, clock, 30, 2.0)
-    saved = DictionarySerializer()
-    budget.serialize(saved)
+    _iterate(budget, trainer, clock, 80, 2.0)  # re-planned at 79
+    saved = _saved(budget)
 
     lines, later = [], _Clock()
     resumed = _budget(later, lines=lines)
-    resumed.serialize(NpzDeserializer(saved.target))
-    assert resumed.length.total == 306
-    resumed.initialize(_trainer(30))
-    assert resumed.schedule.total == 306  # before the first update
-    _iterate(resumed, _trainer(30), later, 40, 50.0)
-    assert resumed.length.total == 306 and lines == []
+    resumed.serialize(NpzDeserializer(saved))
+    assert resumed.length.total == 286 and resumed.fixed
+    trainer = _trainer(80)
+    resumed.initialize(trainer)
+    assert resumed.schedule.total == 286  # before the first update
+    assert not trainer.updater.sync_forward
+    _iterate(resumed, trainer, later, 90, 50.0)
+    assert resumed.length.total == 286 and lines == []
     assert resumed.summary(700).startswith(
-        'time budget 13 min: 306 iterations from 16.0 img/s measured over 20')
+        'time budget 13 min: 286 iterations from 16.0 img/s measured over '
+        '57 iterations, re-planned at iteration 79 (first 306 from 16.0')
+
+
+def test_a_run_resumed_before_its_re_plan_keeps_the_first_plan_and_measures():
+    clock, trainer = _Clock(), _trainer()
+    budget = _budget(clock)
+    budget.initialize(trainer)
+    _iterate(budget, trainer, clock, 40, 2.0)  # 23-40 measured
+    assert budget.measured == 18
+    saved = _saved(budget)
+
+    lines, later, trainer = [], _Clock(), _trainer(40)
+    resumed = _budget(later, lines=lines)
+    resumed.serialize(NpzDeserializer(saved))
+    trainer.elapsed_time = 135.0
+    resumed.initialize(trainer)
+    # the learning rate goes on decaying over the first plan's length
+    assert resumed.schedule.total == 306 and not resumed.fixed
+    assert trainer.updater.sync_forward
+    # iteration 41 carries one-time costs again (not measured); 42-79 do
+    trainer.updater.iteration = 41
+    later.now += 10
+    trainer.elapsed_time += 10
+    resumed(trainer)
+    _iterate(resumed, trainer, later, 79, 1.0)
+    assert resumed.fixed and resumed.measured == 18 + 38
+    assert resumed.images_per_second() == pytest.approx(
+        56 * 32 / (18 * 2 + 38))
+    assert lines[0].startswith('time budget 13 min: re-planned at iteration '
+                               '79 from')
 
 
 def test_a_run_resumed_while_measuring_measures_on():
@@ -202,12 +300,11 @@ def test_a_run_resumed_while_measuring_measures_on():
     budget = _budget(clock)
     budget.initialize(trainer)
     _iterate(budget, trainer, clock, 12, 2.0)  # iterations 3-12 measured
-    saved = DictionarySerializer()
-    budget.serialize(saved)
+    saved = _saved(budget)
     assert not budget.fixed and budget.measured == 10
 
     resumed, later, trainer = _budget(_Clock()), None, _trainer(12)
-    resumed.serialize(NpzDeserializer(saved.target))
+    resumed.serialize(NpzDeserializer(saved))
     later = resumed.clock
     resumed.initialize(trainer)
     # iteration 13 carries one-time costs again (not measured); 14-22 do
@@ -215,7 +312,7 @@ def test_a_run_resumed_while_measuring_measures_on():
     later.now += 10
     resumed(trainer)
     _iterate(resumed, trainer, later, 22, 2.0)
-    assert resumed.measured == 19 and resumed.images_per_second() == 16
+    assert resumed.first_speed == 16 and resumed.length.total is not None
 
 
 # -- the options --------------------------------------------------------------
@@ -271,11 +368,10 @@ def test_ranks_agree_on_the_slowest_under_mpiexec():
     assert chosen == ['rank 0: {}'.format(total), 'rank 1: {}'.format(total)]
 
 
-# -- the script: interrupted, resumed, against --iteration N ----------------
-def _until_the_length_is_fixed(args):
+# -- the script: planned, re-planned, resumed --------------------------------
+def _until_the_length_is_planned(args):
     """Start a budgeted run, stop it (SIGUSR1) once it has printed the
-    length it chose; its banner line, the seconds until then, its output
-    and the iteration it stopped after."""
+    length it planned first; its banner line and the seconds until then."""
     start, banner = time.monotonic(), ''
     proc = launch(2, args)
     try:
@@ -288,49 +384,59 @@ def _until_the_length_is_fixed(args):
         proc.send_signal(signal.SIGUSR1)
     rc, out, err = finish(proc, timeout=LONG)
     assert rc == 128 + signal.SIGUSR1 and banner, banner + out + err
-    stopped = int(re.search(r'stopped by SIGUSR1 at iteration (\d+)',
-                            out).group(1))
-    return banner, seconds, out, stopped
+    return banner, seconds
+
+
+def _iterations(line):
+    return int(re.search(r'\(([\d,]+) iterations\)', line).group(1)
+               .replace(',', ''))
 
 
 @pytest.mark.mpi
 @pytest.mark.slow
-def test_time_budget_resumes_exactly_and_equals_its_iteration_count(
-        tmp_path):
-    """A run under --time-budget, stopped once it has fixed its length N
-    and resumed, does not measure again and ends with the weights of a
-    run told --iteration N from the start, bit for bit."""
-    common = ['--data', 'synthetic', '--train-subset', '400', '--val-subset',
-              '10', '--seed', '3', '--warmup', '0.3'] + SMALL  # 100 it/epoch
-    # A first run with an hour's budget shows what the 22 iterations that
-    # fix the length cost here, start-up included; the budget of the run
-    # tested leaves room for about 25 more after them.
-    banner, seconds, _, _ = _until_the_length_is_fixed(
+def test_time_budget_re_plans_once_and_resumes_exactly(tmp_path):
+    """A run under --time-budget plans, re-plans once and stops at the
+    second length; resumed from a snapshot after the re-plan, it does not
+    measure again and ends with the uninterrupted run's weights, bit for
+    bit."""
+    common = ['--data', 'synthetic', '--train-subset', '40', '--val-subset',
+              '10', '--seed', '3', '--warmup', '3', '--keep', '100'] + \
+        SMALL  # 10 iterations an epoch, 30 of warm-up: 3-30 measured
+    # A first run with an hour's budget shows what the 30 iterations that
+    # plan the length cost here, start-up included; the budget of the run
+    # tested leaves room for about 40 more after them.
+    banner, seconds = _until_the_length_is_planned(
         common + ['--time-budget', '60', '--out', tmp_path / 'a'])
     step = 4 / float(re.search(r'measured ([\d.]+) img/s', banner).group(1))
-    budget = '{:.4f}'.format((1.5 * seconds + 15 * step) / 60)
+    budget = '{:.4f}'.format((1.5 * seconds + 40 * step) / 60)
 
     b = tmp_path / 'b'
-    banner, _, out, stopped = _until_the_length_is_fixed(
-        common + ['--time-budget', budget, '--out', b])
-    total = int(re.search(r'\(([\d,]+) iterations\)', banner).group(1)
-                .replace(',', ''))
-    assert 22 <= stopped < total, (banner, out)  # the length was fixed
-    rc, out, err = run(2, common + ['--time-budget', budget, '--out', b,
-                                    '--resume', snapshots(b)[stopped]],
-                      timeout=LONG)
+    rc, out, err = run(2, common + ['--time-budget', budget, '--out', b],
+                       timeout=LONG)
+    assert rc == 0, out + err
+    first = re.search(r'time budget .*: measured .*', out).group(0)
+    second = re.search(r'time budget .*: re-planned at iteration (\d+) .*',
+                       out)
+    assert second, out
+    replan, total = int(second.group(1)), _iterations(second.group(0))
+    assert 30 < replan < total and _iterations(first) > 30, out
+    assert 'done: {} iterations'.format(total) in out, out
+    after = [i for i in snapshots(b) if replan < i < total]
+    assert after, (sorted(snapshots(b)), out)
+
+    c = tmp_path / 'c'
+    rc, out, err = run(2, common + ['--time-budget', budget, '--out', c,
+                                    '--resume', snapshots(b)[after[0]]],
+                       timeout=LONG)
     assert rc == 0, out + err
     assert 'time budget {}: {:,} iterations, as the run that wrote the ' \
         'snapshot chose'.format(train_budget.minutes(float(budget) * 60),
                                 total) in out, out
-    assert not re.search(r'measured [\d.]+ img/s', out), out  # not again
+    assert not re.search(r'time budget [^:]*: (measured|re-planned)', out), \
+        out  # not again
     assert 'done: {} iterations'.format(total) in out
-
-    rc, out, err = run(2, common + ['--iteration', total, '--out',
-                                    tmp_path / 'c'], timeout=LONG)
-    assert rc == 0, out + err
-    assert_same_model(tmp_path / 'c' / 'snapshot_iter_{}'.format(total),
-                      b / 'snapshot_iter_{}'.format(total), at_least=50)
+    assert_same_model(b / 'snapshot_iter_{}'.format(total),
+                      c / 'snapshot_iter_{}'.format(total), at_least=50)
 
 
 def test_the_updater_times_its_forward_passes():

@@ -17,10 +17,15 @@ are registered and decline when it cannot load.
 """
 from minichain import kernels
 from minichain.configuration import config
+from minichain.functions import activation as _act
+from minichain.functions import basic_math as _math
 from minichain.functions import convolution as _conv
+from minichain.functions.linear import LinearFunction as _Linear
 from minichain.functions import normalization as _norm
+from minichain.functions import pooling as _pool
 from minichain.kernels.onednn import _dnnl
-from minichain.kernels.onednn import convolution, normalization
+from minichain.kernels.onednn import (activation, convolution, linear,
+                                      normalization, pooling)
 
 _MODES = ('auto', 'always', 'never')
 _load_error = None   # why the library did not load (a sentence), once tried
@@ -69,19 +74,42 @@ def _gated(kernel):
     return run
 
 
-# Registered: the convolutions. Not registered: batch normalization
-# (normalization.py, tested against the body all the same). On NCHW,
-# oneDNN's batch normalization measured 1.8-16x slower than the body's
-# (bench/README.md, "oneDNN kernels"); it pays in oneDNN's blocked layout,
-# which would have to be kept between ops.
+# Registered where oneDNN measured faster than the NumPy kernel, in
+# interleaved pairs at ResNet-50's shapes (bench/onednn_ops.py; NumPy time
+# / oneDNN time, median and quartiles of 21 pairs, 2 threads, AMD EPYC,
+# 2026-12-02; docs/kernels.md):
+# - the convolutions;
+# - ReLU forward + backward: 1.1-2.2x at 6 of 7 activation shapes (batch
+#   32 at 14x14 to 2x2, batch 8 at 112 and 56), 0.90x (0.53-1.80: no
+#   difference) at 32x256x14x14 (arrays under 16384 elements declined:
+#   0.80x at 32x100);
+# - max and average pooling forward + backward, 3x3/2 pad 1 at 8x64x112
+#   (ResNet-50's stem pooling at 224): 5.1x and 4.7x.
+# Written, tested and not registered:
+# - batch normalization: on NCHW 1.8-16x slower than the body
+#   (bench/README.md, "oneDNN kernels"); it pays in oneDNN's blocked
+#   layout, which would have to be kept between ops;
+# - global average pooling: 0.07-0.08x (NumPy's mean over contiguous
+#   maps is one pass; oneDNN's whole-map window is not);
+# - linear and its backward (MatMul): 0.63x at 32x2048->10 (make train's
+#   classifier), 1.88x at 8x2048->1000: mixed, and under 0.1% of a step.
 REGISTERED = (
     (_conv.Convolution2D, convolution.convolution_2d),
     (_conv.Deconvolution2D, convolution.deconvolution_2d),
     (_conv.Convolution2DGradW, convolution.convolution_2d_grad_w),
+    (_act.ReLU, activation.relu),
+    (_act.ReLUGrad, activation.relu_grad),
+    (_pool.MaxPooling2D, pooling.max_pooling_2d),
+    (_pool.MaxPooling2DGrad, pooling.max_pooling_2d_grad),
+    (_pool.AveragePooling2D, pooling.average_pooling_2d),
+    (_pool.AveragePooling2DGrad, pooling.average_pooling_2d_grad),
 )
 UNREGISTERED = (
     (_norm.BatchNormalization, normalization.batch_normalization),
     (_norm.BatchNormalizationGrad, normalization.batch_normalization_grad),
+    (_pool.GlobalAveragePooling2D, pooling.global_average_pooling_2d),
+    (_Linear, linear.linear),
+    (_math.MatMul, linear.matmul),
 )
 for _type, _kernel in REGISTERED:
     kernels.register(_type, 'onednn', _gated(_kernel))

@@ -33,7 +33,7 @@ SUCCESS = 0                     # dnnl_status_t
 STATUS = {1: 'out of memory', 2: 'invalid arguments', 3: 'unimplemented',
           4: 'last implementation reached', 5: 'runtime error',
           6: 'not required'}
-F32 = 3                         # dnnl_data_type_t: dnnl_f32
+S32, F32, U8 = 4, 3, 6          # dnnl_data_type_t: dnnl_s32, f32, u8
 FORMAT_ANY = 1                  # dnnl_format_tag_any
 CPU = 1                         # dnnl_engine_kind_t: dnnl_cpu
 STREAM_IN_ORDER = 1             # dnnl_stream_in_order
@@ -43,6 +43,8 @@ BACKWARD = 128
 BACKWARD_DATA = 160
 BACKWARD_WEIGHTS = 192
 CONVOLUTION_DIRECT = 0x1        # dnnl_alg_kind_t
+ELTWISE_RELU, ELTWISE_RELU_USE_DST = 0x20, 0x100
+POOLING_MAX, POOLING_AVG_INCLUDE_PADDING = 0x1ff, 0x2ff
 USE_SCALE, USE_SHIFT = 0x2, 0x4     # dnnl_normalization_flags_t
 FUSE_NORM_RELU, FUSE_NORM_ADD_RELU = 0x8, 0x10
 QUERY_IMPL_INFO_STR = 8                         # dnnl_query_t
@@ -170,6 +172,20 @@ def _declare(lib):
             (P, H, I, H, H, F, U, H),
         'dnnl_batch_normalization_backward_primitive_desc_create':
             (P, H, I, H, H, H, F, U, H, H),
+        'dnnl_eltwise_forward_primitive_desc_create':
+            (P, H, I, I, H, H, F, F, H),
+        'dnnl_eltwise_backward_primitive_desc_create':
+            (P, H, I, H, H, H, F, F, H, H),
+        'dnnl_pooling_forward_primitive_desc_create':
+            (P, H, I, I, H, H, D, D, D, D, D, H),
+        'dnnl_pooling_backward_primitive_desc_create':
+            (P, H, I, H, H, D, D, D, D, D, H, H),
+        'dnnl_inner_product_forward_primitive_desc_create':
+            (P, H, I, H, H, H, H, H),
+        'dnnl_inner_product_backward_data_primitive_desc_create':
+            (P, H, H, H, H, H, H),
+        'dnnl_inner_product_backward_weights_primitive_desc_create':
+            (P, H, H, H, H, H, H, H),
         'dnnl_primitive_desc_query': (H, I, I, H),
     }
     for name, args in status.items():

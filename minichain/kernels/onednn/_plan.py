@@ -9,16 +9,39 @@ fresh C-ordered NumPy array. A reorder is skipped where the layouts
 already agree. Blocked buffers never leave the plan: NumPy code only
 sees plain arrays.
 
+A convolution's weights can keep their reordered copy from one call to
+the next while the parameter does not change (``CACHE_WEIGHTS``, off):
+the copy is keyed on the array's identity and its data pointer, and
+valid while ``kernels.parameters_version()`` has not moved, which every
+optimizer update moves. Off, because it saves nothing in training: the
+forward reads the weights in one blocked layout (ABcd16b16a at batch 32)
+and the backward data in another (ABcd16a16b), so each layout is made
+once per update either way, and the copies would cost the weights' size
+twice over in memory; over many forward passes between two updates (an
+evaluation) it could pay, and measured nothing either: time off / on
+0.95x (0.69-1.03) for a training step and 0.91x (0.77-1.39) for an
+evaluation's forward at batch 200, ResNet-50 at 32 x 28, 7 interleaved
+pairs each (bench/onednn_weight_cache.py, 2026-12-02, load average 10). Writes into parameters other than
+an optimizer's update (a load, a broadcast) would have to call
+``kernels.parameters_changed()`` for it to be safe.
+
 Plans are cached by a key the kernels build from everything that fixes
 the primitive (shapes, strides, hyper-parameters) plus OpenMP's thread
 count, since a primitive keeps the count it was created with. A shape
 oneDNN refuses is cached as None, so that it is refused once.
 """
+import weakref
+
 import numpy
 
+from minichain import kernels
 from minichain.kernels.onednn import _dnnl
 
 _cache = {}
+CACHE_WEIGHTS = False
+# (id(array), data pointer, id(reorder)) -> (weak ref to the array, the
+# parameters' version when reordered, the reordered copy)
+_weights = {}
 
 
 def cached(key, build):
@@ -48,12 +71,14 @@ class Plan:
         inputs: ``{DNNL_ARG_*: md of the NumPy array passed there}``.
         outputs: ``{DNNL_ARG_*: shape}`` of outputs returned as fresh
             C-ordered float32 arrays.
+        weights: the input argument that holds a parameter (its reordered
+            copy may be cached: ``CACHE_WEIGHTS``), or None.
     Other arguments (bias, statistics, workspace) are passed as they are
     and must be in the layout the primitive was built with.
     """
 
-    def __init__(self, primitive, inputs, outputs):
-        self.primitive = primitive
+    def __init__(self, primitive, inputs, outputs, weights=None):
+        self.primitive, self.weights = primitive, weights
         self.to_primitive = {}
         for arg, user in inputs.items():
             inner = primitive.md(arg)
@@ -75,6 +100,9 @@ class Plan:
         the outputs named at construction."""
         args = dict(arrays)
         for arg, r in self.to_primitive.items():
+            if CACHE_WEIGHTS and arg == self.weights:
+                args[arg] = _reordered_weights(arrays[arg], r)
+                continue
             inner = _dnnl.buffer(r.md(_dnnl.ARG_DST))
             r({_dnnl.ARG_SRC: arrays[arg], _dnnl.ARG_DST: inner})
             args[arg] = inner
@@ -88,3 +116,19 @@ class Plan:
             if back is not None:
                 back({_dnnl.ARG_SRC: args[arg], _dnnl.ARG_DST: results[arg]})
         return results
+
+
+def _reordered_weights(array, reorder):
+    """``array`` reordered by ``reorder``: the copy made earlier while the
+    parameters have not changed since, else a new one (kept)."""
+    key = (id(array), array.ctypes.data, id(reorder))
+    version = kernels.parameters_version()
+    hit = _weights.get(key)
+    if hit is not None and hit[0]() is array and hit[1] == version:
+        return hit[2]
+    inner = _dnnl.buffer(reorder.md(_dnnl.ARG_DST))
+    reorder({_dnnl.ARG_SRC: array, _dnnl.ARG_DST: inner})
+    # the entry goes when the array does (its id may then be reused)
+    ref = weakref.ref(array, lambda _, key=key: _weights.pop(key, None))
+    _weights[key] = (ref, version, inner)
+    return inner

@@ -7,10 +7,12 @@
 layout, and reorder NCHW in and out (``_plan.py``); 1x1 on larger maps
 run on the arrays as they are (``_plain``).
 
-Weights are reordered into oneDNN's layout on every call, not cached: the
-optimizer updates parameters in place, so a cache keyed on the array
-would go stale. The weight reorders were about 7% of oneDNN's time in a
-step at 32 x 28 (ONEDNN_VERBOSE=1).
+Weights are reordered into oneDNN's layout on every call: a cache of the
+reordered copy, valid until the next parameter update, is written
+(``_plan.CACHE_WEIGHTS``) but off, since forward and backward data want
+two different layouts and each is made once per update anyway (_plan.py
+says more). The weight reorders were about 7% of oneDNN's time in a step
+at 32 x 28 (ONEDNN_VERBOSE=1).
 
 Declined (the next kernel or the body runs): dtypes other than float32,
 groups > 1, sizes where the body measured faster (``_usable``), and any
@@ -125,7 +127,8 @@ def _forward_plan(x, W, b, y_shape, geo):
     pd = _forward_pd(*mds, geo, bias_md)
     args = (L.ARG_SRC, L.ARG_WEIGHTS, L.ARG_DST) + (
         () if b is None else (L.ARG_BIAS,))
-    return Plan(L.Primitive(pd, args), user, {L.ARG_DST: y_shape})
+    return Plan(L.Primitive(pd, args), user, {L.ARG_DST: y_shape},
+                weights=L.ARG_WEIGHTS)
 
 
 # -- Deconvolution2D: the convolution's backward data ---------------------------
@@ -168,7 +171,8 @@ def _backward_data_plan(gy, W, gx_shape, geo):
             hint, None))
     primitive = L.Primitive(pd, (L.ARG_DIFF_DST, L.ARG_WEIGHTS,
                                  L.ARG_DIFF_SRC))
-    return Plan(primitive, user, {L.ARG_DIFF_SRC: gx_shape})
+    return Plan(primitive, user, {L.ARG_DIFF_SRC: gx_shape},
+                weights=L.ARG_WEIGHTS)
 
 
 # -- Convolution2DGradW: the convolution's backward weights ---------------------

@@ -1,0 +1,106 @@
+"""oneDNN kernels of the fully connected layer, as oneDNN's inner product
+on 2-D C-ordered float32 arrays (what ResNet-50's classifier runs):
+
+- ``LinearFunction`` (functions/linear.py), ``y = x W^T + b``: the inner
+  product forward (``x``: (N, I), ``W``: (O, I));
+- ``MatMul`` (functions/basic_math.py), which linear's backward applies:
+  ``gx = gy @ W`` is the inner product's backward data (``gy``: (N, O)),
+  and ``gW = gy^T @ x`` its backward weights (``gy^T`` reaches MatMul as
+  the transposed view of a C-ordered ``gy``). Any other 2-D product of
+  C-ordered operands is a backward data too.
+
+Declined: other dtypes and dimensions, other layouts, empty arrays.
+"""
+import numpy
+
+from minichain.kernels.onednn import _dnnl as L
+from minichain.kernels.onednn._plan import Plan, cached
+
+
+def _usable(*arrays):
+    return all(a.dtype == numpy.float32 and a.ndim == 2 and a.size
+               for a in arrays)
+
+
+def _forward_pd(n, i, o, bias):
+    src, w, dst = L.plain((n, i)), L.plain((o, i)), L.plain((n, o))
+    b = L.plain((o,)) if bias else None
+    return L.PrimitiveDesc(
+        'dnnl_inner_product_forward_primitive_desc_create',
+        lambda pd: L.lib.dnnl_inner_product_forward_primitive_desc_create(
+            pd, L.engine, L.FORWARD_TRAINING, src, w, b, dst, None))
+
+
+def _forward_plan(n, i, o, bias):
+    args = (L.ARG_SRC, L.ARG_WEIGHTS, L.ARG_DST) + ((L.ARG_BIAS,) if bias
+                                                    else ())
+    return Plan(L.Primitive(_forward_pd(n, i, o, bias), args), {},
+                {L.ARG_DST: (n, o)})
+
+
+def linear(node, inputs):
+    x, W = inputs[:2]
+    b = inputs[2] if len(inputs) == 3 else None
+    if not (_usable(x, W) and x.flags.c_contiguous and W.flags.c_contiguous
+            and x.shape[1] == W.shape[1]
+            and (b is None or (b.dtype == numpy.float32 and b.ndim == 1
+                               and b.flags.c_contiguous))):
+        return None
+    (n, i), o = x.shape, W.shape[0]
+    plan = cached(('linear', n, i, o, b is not None),
+                  lambda: _forward_plan(n, i, o, b is not None))
+    if plan is None:
+        return None
+    node.retain_inputs((0, 1))
+    args = {L.ARG_SRC: x, L.ARG_WEIGHTS: W}
+    if b is not None:
+        args[L.ARG_BIAS] = b
+    return plan(args)[L.ARG_DST],
+
+
+def _backward_data_plan(n, i, o):
+    diff_src, w, diff_dst = L.plain((n, i)), L.plain((o, i)), L.plain((n, o))
+    hint = _forward_pd(n, i, o, False)
+    create = L.lib.dnnl_inner_product_backward_data_primitive_desc_create
+    pd = L.PrimitiveDesc(
+        'dnnl_inner_product_backward_data_primitive_desc_create',
+        lambda pd: create(pd, L.engine, diff_src, w, diff_dst, hint, None))
+    return Plan(L.Primitive(pd, (L.ARG_DIFF_DST, L.ARG_WEIGHTS,
+                                 L.ARG_DIFF_SRC)), {},
+                {L.ARG_DIFF_SRC: (n, i)})
+
+
+def _backward_weights_plan(n, i, o):
+    src, diff_w, diff_dst = L.plain((n, i)), L.plain((o, i)), L.plain((n, o))
+    hint = _forward_pd(n, i, o, False)
+    create = L.lib.dnnl_inner_product_backward_weights_primitive_desc_create
+    pd = L.PrimitiveDesc(
+        'dnnl_inner_product_backward_weights_primitive_desc_create',
+        lambda pd: create(pd, L.engine, src, diff_w, None, diff_dst, hint,
+                          None))
+    return Plan(L.Primitive(pd, (L.ARG_SRC, L.ARG_DIFF_DST,
+                                 L.ARG_DIFF_WEIGHTS)), {},
+                {L.ARG_DIFF_WEIGHTS: (o, i)})
+
+
+def matmul(node, inputs):
+    a, b = inputs
+    if not (_usable(a, b) and b.flags.c_contiguous
+            and a.shape[1] == b.shape[0]):
+        return None
+    if a.flags.c_contiguous:     # gx = gy @ W: gy (N, O), W (O, I)
+        (n, o), i = a.shape, b.shape[1]
+        plan = cached(('linear_bwd_data', n, i, o),
+                      lambda: _backward_data_plan(n, i, o))
+        args, out = {L.ARG_DIFF_DST: a, L.ARG_WEIGHTS: b}, L.ARG_DIFF_SRC
+    elif a.T.flags.c_contiguous:  # gW = gy^T @ x: gy (N, O), x (N, I)
+        (o, n), i = a.shape, b.shape[1]
+        plan = cached(('linear_bwd_weights', n, i, o),
+                      lambda: _backward_weights_plan(n, i, o))
+        args, out = {L.ARG_DIFF_DST: a.T, L.ARG_SRC: b}, L.ARG_DIFF_WEIGHTS
+    else:
+        return None
+    if plan is None:
+        return None
+    node.retain_inputs((0, 1))
+    return plan(args)[out],

@@ -1,0 +1,172 @@
+"""oneDNN kernels of pooling (functions/pooling.py) on C-ordered float32
+NCHW arrays: max pooling forward and backward (ResNet-50's 3x3/2 stem
+pooling), average pooling forward and backward (padding counted, as
+Chainer's), and the global average pooling forward.
+
+Max pooling: oneDNN keeps, per output pixel, the offset ``ky * kw + kx``
+in its window of the first maximum (its *workspace*, uint8 up to 255
+offsets), which is what the body keeps in ``node.indexes`` and its
+backward nodes read: the kernel gives the workspace as ``indexes`` (an
+int8 view of it, the NumPy kernels' dtype, up to 127 offsets), and the
+backward kernel gives any node's ``indexes`` back to oneDNN as the
+workspace. oneDNN's maximum skips NaN where the body's lets it win: an
+input holding NaN is declined (one pass of ``isnan`` over it), so that
+NaN propagates as documented.
+
+Declined: other dtypes, arrays not C-ordered, a window that can lie
+wholly in the padding (cover_all with a stride beyond the window; the
+body gives -inf there), and geometries oneDNN refuses.
+"""
+import numpy
+
+from minichain.kernels.onednn import _dnnl as L
+from minichain.kernels.onednn._plan import Plan, cached
+
+
+def _usable(*arrays):
+    return all(a.dtype == numpy.float32 and a.ndim == 4
+               and a.flags.c_contiguous and a.size for a in arrays)
+
+
+def _geometry(g):
+    """(strides, kernel, dilation, padding_l, padding_r): oneDNN counts
+    dilation from 0 and wants the right padding that makes the sizes
+    agree (cover_all makes it larger than the left one); None where a
+    window could hold only padding."""
+    pad_r = ((g.oh - 1) * g.sy + g.kh - g.h - g.ph,
+             (g.ow - 1) * g.sx + g.kw - g.w - g.pw)
+    if max(g.ph, pad_r[0]) >= g.kh or max(g.pw, pad_r[1]) >= g.kw:
+        return None
+    return (g.sy, g.sx), (g.kh, g.kw), (0, 0), (g.ph, g.pw), pad_r
+
+
+def _shapes(g, n, c):
+    return (n, c, g.h, g.w), (n, c, g.oh, g.ow)
+
+
+def _forward_pd(alg, x_shape, y_shape, geo):
+    src, dst = L.plain(x_shape), L.plain(y_shape)
+    return L.PrimitiveDesc(
+        'dnnl_pooling_forward_primitive_desc_create',
+        lambda pd: L.lib.dnnl_pooling_forward_primitive_desc_create(
+            pd, L.engine, L.FORWARD_TRAINING, alg, src, dst,
+            *(L.dims(v) for v in geo), None))
+
+
+def _forward_plan(alg, x_shape, y_shape, geo):
+    pd = _forward_pd(alg, x_shape, y_shape, geo)
+    args = (L.ARG_SRC, L.ARG_DST) + ((L.ARG_WORKSPACE,)
+                                     if alg == L.POOLING_MAX else ())
+    return Plan(L.Primitive(pd, args), {}, {L.ARG_DST: y_shape})
+
+
+def _backward_plan(alg, x_shape, y_shape, geo):
+    hint = _forward_pd(alg, x_shape, y_shape, geo)
+    diff_src, diff_dst = L.plain(x_shape), L.plain(y_shape)
+    pd = L.PrimitiveDesc(
+        'dnnl_pooling_backward_primitive_desc_create',
+        lambda pd: L.lib.dnnl_pooling_backward_primitive_desc_create(
+            pd, L.engine, alg, diff_src, diff_dst,
+            *(L.dims(v) for v in geo), hint, None))
+    args = (L.ARG_DIFF_DST, L.ARG_DIFF_SRC) + ((L.ARG_WORKSPACE,)
+                                               if alg == L.POOLING_MAX
+                                               else ())
+    return Plan(L.Primitive(pd, args), {}, {L.ARG_DIFF_SRC: x_shape})
+
+
+def _plan(direction, alg, g, n, c):
+    geo = _geometry(g)
+    if geo is None:
+        return None
+    x_shape, y_shape = _shapes(g, n, c)
+    build = _forward_plan if direction == 'fwd' else _backward_plan
+    return cached(('pool', direction, alg, x_shape, y_shape, geo),
+                  lambda: build(alg, x_shape, y_shape, geo))
+
+
+def _offsets_type(g):
+    """The workspace's dtype: uint8 offsets up to 255 of them (oneDNN's
+    choice), else int32."""
+    return numpy.uint8 if g.kh * g.kw < 256 else numpy.int32
+
+
+def _indexes(workspace, g):
+    """The workspace as ``node.indexes`` in the dtype the NumPy kernels
+    use (int8 up to 127 offsets, else int32; they write -1 into copies)."""
+    if g.kh * g.kw <= 127:
+        return workspace.view(numpy.int8)
+    return workspace.astype(numpy.int32, copy=False)
+
+
+def _workspace(indexes, g):
+    """Any node's ``indexes`` (the body's int32, the NumPy kernel's int8,
+    this kernel's) as oneDNN's workspace: the same offsets."""
+    want = _offsets_type(g)
+    if want == numpy.uint8 and indexes.dtype == numpy.int8:
+        return numpy.ascontiguousarray(indexes).view(numpy.uint8)
+    return numpy.ascontiguousarray(indexes, want)
+
+
+# -- max pooling --------------------------------------------------------------
+def max_pooling_2d(node, inputs):
+    x, = inputs
+    g = node.g
+    if not _usable(x) or numpy.isnan(x).any():
+        return None
+    plan = _plan('fwd', L.POOLING_MAX, g, *x.shape[:2])
+    if plan is None:
+        return None
+    indexes = numpy.empty(x.shape[:2] + (g.oh, g.ow), _offsets_type(g))
+    y = plan({L.ARG_SRC: x, L.ARG_WORKSPACE: indexes})[L.ARG_DST]
+    node.indexes = _indexes(indexes, g)
+    return y,
+
+
+def max_pooling_2d_grad(node, inputs):
+    gy, = inputs
+    g = node.g
+    if not _usable(gy):
+        return None
+    plan = _plan('bwd', L.POOLING_MAX, g, *gy.shape[:2])
+    if plan is None:
+        return None
+    ws = _workspace(node.indexes, g)
+    return plan({L.ARG_DIFF_DST: gy, L.ARG_WORKSPACE: ws})[L.ARG_DIFF_SRC],
+
+
+# -- average pooling ----------------------------------------------------------
+def average_pooling_2d(node, inputs):
+    x, = inputs
+    if not _usable(x):
+        return None
+    plan = _plan('fwd', L.POOLING_AVG_INCLUDE_PADDING, node.g, *x.shape[:2])
+    if plan is None:
+        return None
+    return plan({L.ARG_SRC: x})[L.ARG_DST],
+
+
+def average_pooling_2d_grad(node, inputs):
+    gy, = inputs
+    if not _usable(gy):
+        return None
+    plan = _plan('bwd', L.POOLING_AVG_INCLUDE_PADDING, node.g,
+                 *gy.shape[:2])
+    if plan is None:
+        return None
+    return plan({L.ARG_DIFF_DST: gy})[L.ARG_DIFF_SRC],
+
+
+def global_average_pooling_2d(node, inputs):
+    """The mean over each map: an average pooling whose window is the
+    map."""
+    x, = inputs
+    if not _usable(x):
+        return None
+    n, c, h, w = x.shape
+    geo = (h, w), (h, w), (0, 0), (0, 0), (0, 0)
+    plan = cached(('gap', x.shape), lambda: _forward_plan(
+        L.POOLING_AVG_INCLUDE_PADDING, x.shape, (n, c, 1, 1), geo))
+    if plan is None:
+        return None
+    node.x_shape = x.shape
+    return plan({L.ARG_SRC: x})[L.ARG_DST],
