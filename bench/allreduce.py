@@ -20,7 +20,7 @@ import numpy
 
 import minichain
 from minichain import dist, host
-from minichain.dist.flat import PIPELINE_BYTES
+from minichain.dist.transports.pipeline import PIPELINE_BYTES
 
 SIZES = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 100 << 20,
          128 << 20]

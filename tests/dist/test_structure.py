@@ -26,30 +26,12 @@ KNOWN_PRIVATE = {
         '_MultiNodeOptimizer', '_arm', '_average_and_step'},
     'minichain/dist/averaging/overlap.py': {'_bucket_transport',
         '_bucket_wire', '_layout_extra', '_pairs'},
-    'minichain/dist/batch_normalization.py': {'_channel_shape', '_dtype',
-        '_header', '_initialize', '_wire'},
-    'minichain/dist/communicator_base.py': {'_header'},
-    'minichain/dist/datasets.py': {'_header', '_wire'},
-    'minichain/dist/flat.py': {'_wire'},
-    'minichain/dist/guards/safety.py': {'_wire'},
-    'minichain/dist/hierarchical.py': {'_abort_nccl', '_destroy_nccl',
-        '_wire'},
-    'minichain/dist/naive.py': {'_wire'},
     'minichain/dist/optimizers.py': {'_active', '_multi_node_mean_grad',
         '_overlap'},
-    'minichain/dist/pure_nccl.py': {'_buffers', '_check_allreduce',
-        '_plan_grads', '_wire'},
-    'minichain/dist/transports/collectives.py': {'_wire'},
-    'minichain/dist/transports/nccl_buckets.py': {'_abort_nccl',
-        '_bucket_inter_wire', '_bucket_wire', '_init_nccl', '_nccl_comm',
-        '_sum_wire', '_wait_in_flight', '_wait_nccl', '_wire_dtype'},
 }
 
 # Import circles not yet broken, each as a sorted tuple of modules.
-KNOWN_CIRCLES = {
-    ('minichain.dist.hierarchical', 'minichain.dist.pure_nccl',
-     'minichain.dist.transports.nccl_buckets'),
-}
+KNOWN_CIRCLES = set()
 
 
 def _modules(top):

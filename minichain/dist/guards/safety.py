@@ -152,9 +152,10 @@ def check_same_model(comm, model):
         comm: a minichain.dist communicator.
         model: a Link.
     """
-    with comm._wire.collective('check_same_model'):
-        agree(comm._wire, param_layout(model.namedparams()),
-              'check_same_model')
+    with comm.collective('check_same_model'):
+        comm.header(param_layout(model.namedparams()),
+                    lambda layouts: ModelMismatchError(mismatch_message(
+                        'check_same_model', layouts)))
 
 
 def _describe(entry):

@@ -22,13 +22,19 @@ class BufferCache:
     def __init__(self):
         self._by_model = weakref.WeakKeyDictionary()
 
-    def get(self, model, tag, xp, dtype, n):
-        """A 1-d ``xp`` array of ``n`` ``dtype`` elements (stale contents)."""
+    def get(self, model, tag, like, dtype, n):
+        """A 1-d array of ``n`` ``dtype`` elements (stale contents) on the
+        device of the array ``like`` (None: on the host)."""
         slots = self._by_model.setdefault(model, {})
         buf = slots.get(tag)
-        if (buf is None or backend.get_array_module(buf) is not xp
+        device = -1 if like is None else backend.get_device_id(like)
+        if (buf is None or backend.get_device_id(buf) != device
                 or buf.dtype != dtype or buf.size != n):
-            buf = xp.empty(n, dtype=dtype)
+            if device < 0:
+                buf = numpy.empty(n, dtype=dtype)
+            else:
+                with backend.cuda_device(device):
+                    buf = backend.get_array_module(like).empty(n, dtype)
             slots[tag] = buf
         return buf
 
