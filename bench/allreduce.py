@@ -10,10 +10,13 @@ same buffer in the flat communicator's pipeline chunks (``raw4M``: large
 single messages are slow in MPICH's shared-memory path, which is why flat
 chunks). It prints median times, the ratios ours/raw and ours/raw4M, and
 the bus bandwidth ``bytes * 2 (P - 1) / P / time`` (the nccl-tests
-convention). The ratios are medians of per-repetition pairs (with the
-10th-90th percentiles of ours/raw4M). Times are the slowest rank's; the timed calls take turns so
-that load from other processes hits them alike. Setting the fresh
-gradients before each averaging (backward's work) is not timed. ``--quick`` stops at 4 MB.
+convention). Times are the slowest rank's; the timed calls take turns
+so that load from other processes hits them alike, and the ratios are
+medians of the pairs of one repetition (ours/raw4M with its 10th-90th
+percentiles). Setting the fresh gradients before each averaging
+(backward's work) is not timed. ``flat:bare`` is the flat protocol
+without its layers (no guards, no timeline, one piece): what the layers
+cost. ``--quick`` stops at 4 MB.
 """
 import argparse
 import time
@@ -87,24 +90,30 @@ def _mean_grad_step(comm, nbytes, n_params):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--communicators', default='naive,flat')
+    parser.add_argument('--communicators', default='naive,flat,flat:bare',
+                        help='names; NAME:bare is the bare protocol '
+                        '(create_communicator(NAME, layers=()): no guards, '
+                        'no timeline, no pipeline)')
     parser.add_argument('--params', type=int, default=16,
                         help='parameters the gradient bytes are split into')
     parser.add_argument('--quick', action='store_true')
     args = parser.parse_args()
     from mpi4py import MPI
-    comms = {name: dist.create_communicator(name)
-             for name in args.communicators.split(',')}
+    comms = {}
+    for name in args.communicators.split(','):
+        base, _, bare = name.partition(':')
+        comms[name] = dist.create_communicator(
+            base, layers=() if bare == 'bare' else None)
     world = next(iter(comms.values()))
     p = world.size
     sizes = [s for s in SIZES if s <= (4 << 20)] if args.quick else SIZES
     if world.rank == 0:
         print('ranks: {}; gradients float32 in {} parameters; times: median '
               'of the slowest rank'.format(p, args.params))
-        print('{:>9} {:>6} {:>9} {:>9} {:>9} {:>6} {:>16} {:>7} {:>7}'
+        print('{:>9} {:>10} {:>9} {:>9} {:>9} {:>6} {:>16} {:>7} {:>7}'
               .format('bytes', 'comm', 'ours ms', 'raw ms', 'raw4M ms',
                       'ratio', 'ratio4M (10-90%)', 'ours', 'raw'))
-        print('{:>90}'.format('(bus GB/s)'))
+        print('{:>94}'.format('(bus GB/s)'))
     for nbytes in sizes:
         reps = max(7, min(100, int(4e8 // nbytes)))
         raw = numpy.ones(nbytes // 4, dtype=numpy.float32)
@@ -124,7 +133,7 @@ def main():
         bus = nbytes * 2 * (p - 1) / p / 1e9
         for k, name in enumerate(comms, start=2):
             ratio4m = _ratio(times[k], times[1])
-            print('{:>9} {:>6} {:>9.3f} {:>9.3f} {:>9.3f} {:>6.2f} {:>5.2f} '
+            print('{:>9} {:>10} {:>9.3f} {:>9.3f} {:>9.3f} {:>6.2f} {:>5.2f} '
                   '({:.2f}-{:.2f}) {:>7.2f} {:>7.2f}'.format(
                       _human(nbytes), name, t[k] * 1e3, t[0] * 1e3,
                       t[1] * 1e3, _ratio(times[k], times[0])[0], *ratio4m,

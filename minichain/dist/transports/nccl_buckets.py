@@ -83,8 +83,8 @@ class NcclBuckets:
                     work.done = self.stream.record()
 
     def _reduce(self, nccl, work):
-        self.comm.sum_on_device(nccl, work.wire, nccl_dtype(nccl, self.wire_dtype),
-                            self.stream)
+        self.comm.sum_on_device(nccl, work.wire,
+                                nccl_dtype(nccl, self.wire_dtype), self.stream)
 
     def _later_stages(self):
         return False
