@@ -43,7 +43,7 @@ def grad_dtype(entries, override=None):
     """The buffer dtype: ``override``, else the widest parameter dtype."""
     if override is not None:
         return numpy.dtype(override)
-    return numpy.result_type(*[p.dtype for _, p, _ in entries])
+    return numpy.result_type(*[p.array.dtype for _, p, _ in entries])
 
 
 class Packer:
@@ -58,7 +58,7 @@ class Packer:
         self.entries = entries
         self.offsets = [0]
         for _, p, _ in entries:
-            self.offsets.append(self.offsets[-1] + p.size)
+            self.offsets.append(self.offsets[-1] + p.array.size)
         self.total = self.offsets[-1]
         self._flat = None
 
@@ -90,12 +90,14 @@ class Packer:
     def unpack(self, buf):
         """Set each ``param.grad`` from its segment of ``buf``: a view when
         dtype and device agree, else a converted copy."""
+        here = backend.get_device_id(buf)
         for (_, p, _), o in zip(self.entries, self.offsets):
-            seg = buf[o:o + p.size].reshape(p.shape)
-            if seg.dtype != p.dtype:
-                seg = seg.astype(p.dtype)
-            device = backend.get_device_id(p.array)
-            if device != backend.get_device_id(seg):
+            a = p.array  # its attributes directly: this runs every step
+            seg = buf[o:o + a.size].reshape(a.shape)
+            if seg.dtype != a.dtype:
+                seg = seg.astype(a.dtype)
+            device = backend.get_device_id(a)
+            if device != here:
                 seg = (backend.to_cpu(seg) if device < 0
                        else backend.to_gpu(seg, device))
             p.grad = seg
