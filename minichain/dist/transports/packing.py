@@ -8,6 +8,7 @@ are never written (the engine may share one between parameters, or hand out
 a read-only broadcast view).
 """
 import bisect
+import contextlib
 import weakref
 
 import numpy
@@ -64,7 +65,12 @@ class Packer:
 
     def pack(self, buf, scale=None, lo=0, hi=None):
         """Write elements ``[lo, hi)`` of the gradients (times ``scale``)
-        into ``buf[lo:hi]``; a None gradient writes zeros."""
+        into ``buf[lo:hi]``; a None gradient writes zeros. A CuPy ``buf``
+        is written on its own device."""
+        with _device_of(buf):
+            self._pack(buf, scale, lo, hi)
+
+    def _pack(self, buf, scale, lo, hi):
         hi = self.total if hi is None else hi
         xp = backend.get_array_module(buf)
         if self._flat is None:  # a copy only for a non-contiguous gradient
@@ -90,6 +96,10 @@ class Packer:
     def unpack(self, buf):
         """Set each ``param.grad`` from its segment of ``buf``: a view when
         dtype and device agree, else a converted copy."""
+        with _device_of(buf):
+            self._unpack(buf)
+
+    def _unpack(self, buf):
         here = backend.get_device_id(buf)
         for (_, p, _), o in zip(self.entries, self.offsets):
             a = p.array  # its attributes directly: this runs every step
@@ -101,3 +111,10 @@ class Packer:
                 seg = (backend.to_cpu(seg) if device < 0
                        else backend.to_gpu(seg, device))
             p.grad = seg
+
+
+def _device_of(buf):
+    """The CUDA device of a CuPy ``buf`` made current; nothing for NumPy."""
+    device = backend.get_device_id(buf)
+    return contextlib.nullcontext() if device < 0 else backend.cuda_device(
+        device)
