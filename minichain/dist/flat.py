@@ -20,6 +20,7 @@ class FlatCommunicator(CommunicatorBase):
     name = 'flat'
 
     def mean_grads(self, model, entries):
+        """Pack (scaled by 1/size), sum over the ranks, unpack."""
         packer = self.Packer(entries)
         buf = self.buffers.get(
             model, 'packed', entries[0][1].array,
