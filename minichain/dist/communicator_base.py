@@ -1,11 +1,7 @@
-"""CommunicatorBase: the protocol every communicator shares.
-
-A communicator holds its rank, the number of ranks and an mpi4py
-communicator, and sends on ``wire`` (that mpi4py communicator itself); a
-subclass says how gradients are averaged (:meth:`mean_grads`: flat.py
-packs, allreduces, unpacks). The guards (``guards/guarded.py``) and the
-timeline (``trace/traced.py``) are layers that
-:func:`minichain.dist.create_communicator` puts in front of the class
+"""CommunicatorBase: ranks, a wire, and the averaging every communicator
+shares (a subclass says how: flat.py packs, allreduces, unpacks). The
+guards (guards/guarded.py) and the timeline (trace/traced.py) are layers
+that :func:`minichain.dist.create_communicator` puts in front of the class
 (docs/dist.md, "The layers"); ``layers=()`` leaves the bare protocol.
 """
 import contextlib
@@ -47,32 +43,17 @@ class CommunicatorBase(CollectivesMixin):
     def multi_node_mean_grad(self, model, zero_fill=False, step=None):
         """Replace every gradient of ``model`` by its mean over all ranks
         (parameters in ``model.namedparams()`` order, the same everywhere).
-        See :meth:`average_grads`."""
+        See :meth:`average_grads`. The guards raise on every rank:
+        ModelMismatchError, ValueError (``zero_fill``), CollectiveMismatchError
+        (``step``)."""
         self.average_grads(model, zero_fill, step)
 
     def average_grads(self, model, zero_fill=False, step=None, active=None):
         """Average the gradients; return how many ranks contributed.
-
-        Args:
-            model: a Link whose gradients were computed by ``backward``.
-            zero_fill: a gradient that is None on some ranks only counts as
-                zeros there (and they receive the mean). Without it that
-                case is a ValueError raised on every rank. A gradient None
-                on every rank stays None (bare: every rank's is averaged,
-                None as zeros).
-            step: a training step count that must be equal on every rank
-                (e.g. ``optimizer.t``); None: not compared.
-            active: inside :func:`minichain.dist.join`, whether this rank
-                still has data (one that has not contributes zeros).
-
-        Raises (with the guards, on every rank): ModelMismatchError (the
-        models differ), ValueError (see ``zero_fill``),
-        CollectiveMismatchError (``step`` differs).
-
-        After the call ``param.grad`` may be a view of a buffer that the
-        communicator reuses at its next call for this model: copy a
-        gradient that must outlive the next step.
-        """
+        ``zero_fill``: a gradient None on some ranks only counts as zeros
+        (else a ValueError); ``step``: must be equal on every rank;
+        ``active``: whether this rank still has data (in ``dist.join``).
+        ``param.grad`` may become a view of a buffer reused next call."""
         entries, n_active = self.plan_grads(model, zero_fill, step, active)
         if entries:
             self.mean_grads(model, entries)
