@@ -10,8 +10,13 @@ same buffer in the flat communicator's pipeline chunks (``raw4M``: large
 single messages are slow in MPICH's shared-memory path, which is why flat
 chunks). It prints median times, the ratios ours/raw and ours/raw4M, and
 the bus bandwidth ``bytes * 2 (P - 1) / P / time`` (the nccl-tests
-convention). Times are the slowest rank's; the timed calls take turns so
-that load from other processes hits them alike. ``--quick`` stops at 4 MB.
+convention). Times are the slowest rank's; the timed calls take turns
+so that load from other processes hits them alike, and the ratios are
+medians of the pairs of one repetition (ours/raw4M with its 10th-90th
+percentiles). Setting the fresh gradients before each averaging
+(backward's work) is not timed. ``flat:bare`` is the flat protocol
+without its layers (no guards, no timeline, one piece): what the layers
+cost. ``--quick`` stops at 4 MB.
 
 A second table puts the ring communicator's allreduce alone
 (``minichain/dist/ring.py``, on one buffer: no packing) beside MPI's own
@@ -31,7 +36,7 @@ import numpy
 import minichain
 from minichain import dist, host
 from minichain.dist import ring as ring_module
-from minichain.dist.flat import PIPELINE_BYTES
+from minichain.dist.transports.pipeline import PIPELINE_BYTES
 
 SIZES = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 100 << 20,
          128 << 20]
@@ -51,22 +56,30 @@ class GradModel(minichain.Link):
 
 
 def _timed(comm, fns, reps):
-    """Median seconds per call of each of ``fns`` (the slowest rank's).
+    """Seconds of each call of each of ``fns``, ``(len(fns), reps)``: the
+    slowest rank's.
 
     The functions take turns within every repetition, so that load from
-    other processes on the machine hits them alike.
+    other processes on the machine hits them alike, and neighbours in a
+    repetition make a pair whose ratio that load changes little.
     """
     from mpi4py import MPI
-    times = [[] for _ in fns]
-    for _ in range(reps):
-        for fn, ts in zip(fns, times):
+    times = numpy.zeros((len(fns), reps))
+    for i in range(reps):
+        for k, fn in enumerate(fns):
+            getattr(fn, 'before', lambda: None)()  # untimed
             comm.mpi_comm.Barrier()
             t0 = time.perf_counter()
             fn()
-            ts.append(time.perf_counter() - t0)
-    medians = numpy.array([numpy.median(ts) for ts in times])
-    comm.mpi_comm.Allreduce(MPI.IN_PLACE, medians, op=MPI.MAX)
-    return medians
+            times[k, i] = time.perf_counter() - t0
+    comm.mpi_comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
+    return times
+
+
+def _ratio(ours, base):
+    """The median of the paired ratios and their 10th-90th percentiles."""
+    r = ours / base
+    return numpy.median(r), numpy.percentile(r, 10), numpy.percentile(r, 90)
 
 
 def _mean_grad_step(comm, nbytes, n_params):
@@ -74,34 +87,44 @@ def _mean_grad_step(comm, nbytes, n_params):
     grads = [numpy.full(q.shape, comm.rank, dtype=numpy.float32)
              for q in model.params()]
 
-    def step():
+    def fresh_grads():  # as after a backward (which sets them)
         for q, g in zip(model.params(), grads):
-            q.grad = g  # fresh gradients, as after a backward
+            q.grad = g
+
+    def step():
         comm.multi_node_mean_grad(model)
+    step.before = fresh_grads
+    fresh_grads()
     step()  # allocate the packed buffer outside the timing
     return step
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--communicators', default='naive,flat,ring')
+    parser.add_argument('--communicators', default='naive,flat,flat:bare,ring',
+                        help='names; NAME:bare is the bare protocol '
+                        '(create_communicator(NAME, layers=()): no guards, '
+                        'no timeline, no pipeline)')
     parser.add_argument('--params', type=int, default=16,
                         help='parameters the gradient bytes are split into')
     parser.add_argument('--quick', action='store_true')
     args = parser.parse_args()
     from mpi4py import MPI
-    comms = {name: dist.create_communicator(name)
-             for name in args.communicators.split(',')}
+    comms = {}
+    for name in args.communicators.split(','):
+        base, _, bare = name.partition(':')
+        comms[name] = dist.create_communicator(
+            base, layers=() if bare == 'bare' else None)
     world = next(iter(comms.values()))
     p = world.size
     sizes = [s for s in SIZES if s <= (4 << 20)] if args.quick else SIZES
     if world.rank == 0:
         print('ranks: {}; gradients float32 in {} parameters; times: median '
               'of the slowest rank'.format(p, args.params))
-        print('{:>9} {:>6} {:>9} {:>9} {:>9} {:>6} {:>6} {:>7} {:>7}'.format(
-            'bytes', 'comm', 'ours ms', 'raw ms', 'raw4M ms', 'ratio',
-            'ratio4M', 'ours', 'raw'))
-        print('{:>79}'.format('(bus GB/s)'))
+        print('{:>9} {:>10} {:>9} {:>9} {:>9} {:>6} {:>16} {:>7} {:>7}'
+              .format('bytes', 'comm', 'ours ms', 'raw ms', 'raw4M ms',
+                      'ratio', 'ratio4M (10-90%)', 'ours', 'raw'))
+        print('{:>94}'.format('(bus GB/s)'))
     for nbytes in sizes:
         reps = max(7, min(100, int(4e8 // nbytes)))
         raw = numpy.ones(nbytes // 4, dtype=numpy.float32)
@@ -114,16 +137,18 @@ def main():
                raw_chunked]
         fns += [_mean_grad_step(c, nbytes, args.params)
                 for c in comms.values()]
-        t = _timed(world, fns, reps)
+        times = _timed(world, fns, reps)
         if world.rank != 0:
             continue
+        t = numpy.median(times, axis=1)
         bus = nbytes * 2 * (p - 1) / p / 1e9
-        for name, t_ours in zip(comms, t[2:]):
-            print('{:>9} {:>6} {:>9.3f} {:>9.3f} {:>9.3f} {:>6.2f} {:>6.2f} '
-                  '{:>7.2f} {:>7.2f}'.format(
-                      _human(nbytes), name, t_ours * 1e3, t[0] * 1e3,
-                      t[1] * 1e3, t_ours / t[0], t_ours / t[1],
-                      bus / t_ours, bus / t[0]), flush=True)
+        for k, name in enumerate(comms, start=2):
+            ratio4m = _ratio(times[k], times[1])
+            print('{:>9} {:>10} {:>9.3f} {:>9.3f} {:>9.3f} {:>6.2f} {:>5.2f} '
+                  '({:.2f}-{:.2f}) {:>7.2f} {:>7.2f}'.format(
+                      _human(nbytes), name, t[k] * 1e3, t[0] * 1e3,
+                      t[1] * 1e3, _ratio(times[k], times[0])[0], *ratio4m,
+                      bus / t[k], bus / t[0]), flush=True)
     if p > 1 and 'ring' in comms:
         ring_table(world, comms['ring'], sizes)
 
@@ -147,10 +172,10 @@ def ring_table(world, ring, sizes):
         n = buf.size // p
         send, recv = numpy.ones(n, numpy.float32), numpy.empty(n, numpy.float32)
         fns = [lambda: world.mpi_comm.Allreduce(MPI.IN_PLACE, buf),
-               lambda: ring._sum_across_ranks(buf),
-               lambda: [ring._wire.wait(q) for q in
-                        ring_module.exchange(ring._wire, send, recv)]]
-        t_mpi, t_ring, t_step = _timed(world, fns, reps)
+               lambda: ring.allreduce_packed(buf),
+               lambda: [ring.wait_request(q) for q in
+                        ring_module.exchange(ring.wire, send, recv)]]
+        t_mpi, t_ring, t_step = numpy.median(_timed(world, fns, reps), axis=1)
         if world.rank != 0:
             continue
         bus = nbytes * 2 * (p - 1) / p / 1e9

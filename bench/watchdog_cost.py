@@ -78,7 +78,7 @@ def main():
 
     def cases(comm):
         def wire():
-            comm._wire.Allreduce(MPI.IN_PLACE, small, op=MPI.SUM)
+            comm.wire.Allreduce(MPI.IN_PLACE, small, op=MPI.SUM)
         return [('wire 8 B', wire, 2000),
                 ('allreduce 3', lambda: comm.allreduce(three), 500),
                 ('allreduce_obj', lambda: comm.allreduce_obj(1), 500),

@@ -71,7 +71,7 @@ def _why_not_nccl():
     if not backend.gpu_available():
         return backend.gpu_problem()[1]
     try:
-        from minichain.dist.pure_nccl import nccl_module
+        from minichain.dist.transports.nccl import nccl_module
         nccl_module()
     except RuntimeError as e:
         return str(e)
@@ -144,9 +144,22 @@ def _tell_auto_fallback(why, mpi_comm):
               "'pure_nccl': {}".format(why), file=sys.stderr, flush=True)
 
 
+def default_layers():
+    """The layers :func:`create_communicator` puts in front of a
+    communicator's protocol, outermost first: the timeline
+    (:class:`~minichain.dist.trace.traced.Traced`), the guards
+    (:class:`~minichain.dist.guards.guarded.Guarded`) and the pipeline of
+    packed host buffers (:class:`~minichain.dist.transports.pipeline.
+    Pipelined`)."""
+    from minichain.dist.guards.guarded import Guarded
+    from minichain.dist.trace.traced import Traced
+    from minichain.dist.transports.pipeline import Pipelined
+    return (Traced, Guarded, Pipelined)
+
+
 def create_communicator(communicator_name='auto', mpi_comm=None,
                         allreduce_grad_dtype=None, overlap=False,
-                        bucket_mb=None):
+                        bucket_mb=None, layers=None):
     """Create a communicator for data-parallel training.
 
     Args:
@@ -166,6 +179,10 @@ def create_communicator(communicator_name='auto', mpi_comm=None,
             with this communicator: average gradients in buckets of about
             ``bucket_mb`` MiB while backward runs (see
             :func:`create_multi_node_optimizer`); not with ``'naive'``.
+        layers: the layer classes put in front of the communicator's
+            protocol (None: :func:`default_layers`; ``()``: the bare
+            protocol, without the guards and the timeline, for tests and
+            teaching: see docs/dist.md, "The layers").
     Returns:
         A :class:`~minichain.dist.communicator_base.CommunicatorBase`.
     Raises:
@@ -185,7 +202,9 @@ def create_communicator(communicator_name='auto', mpi_comm=None,
                              communicator_name,
                              ', '.join(['auto'] + sorted(_COMMUNICATORS))))
     module, cls = _COMMUNICATORS[name]
-    cls = getattr(importlib.import_module(module), cls)
+    from minichain.dist.communicator_base import with_layers
+    cls = with_layers(getattr(importlib.import_module(module), cls),
+                      default_layers() if layers is None else tuple(layers))
     if overlap and not cls.can_overlap:
         raise ValueError('create_communicator: the {} communicator cannot '
                          'overlap (use flat, pure_nccl or hierarchical)'

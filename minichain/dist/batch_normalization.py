@@ -97,12 +97,11 @@ class _GlobalMoments(FunctionNode):
         dev = x64 - local_mean.reshape(
             [x.shape[i] if i in kept else 1 for i in range(x.ndim)])
         m2 = (dev * dev).sum(axis=self.axes)
-        wire = self.comm._wire
-        with wire.collective('multi_node_batch_normalization'):
+        with self.comm.collective('multi_node_batch_normalization'):
             # Agreeing on the channels and where the statistics are combined
             # also tells apart ranks in training mode from ranks that skipped
             # this collective (evaluation mode): they are in another one.
-            self.comm._header((cshape, x.dtype.str, xp is numpy),
+            self.comm.header((cshape, x.dtype.str, xp is numpy),
                               self._mismatch)
             if xp is numpy:
                 mean, var, self.total = self._combine_on_host(n, s, m2)
@@ -138,7 +137,7 @@ class _GlobalMoments(FunctionNode):
         global ``(mean, var, count)``."""
         mine = numpy.concatenate([[n], s.ravel(), m2.ravel()])
         rows = numpy.empty((self.comm.size, mine.size), dtype=numpy.float64)
-        self.comm._wire.Allgather(mine, rows)
+        self.comm.wire.Allgather(mine, rows)
         c = s.size
         counts, sums, m2s = rows[:, 0], rows[:, 1:1 + c], rows[:, 1 + c:]
         total = int(counts.sum())
@@ -158,7 +157,7 @@ class _GlobalMoments(FunctionNode):
         MPI = mpi.import_mpi()
         xp = backend.get_array_module(s)
         count = numpy.array([n], numpy.int64)
-        self.comm._wire.Allreduce(MPI.IN_PLACE, count, op=MPI.SUM)
+        self.comm.wire.Allreduce(MPI.IN_PLACE, count, op=MPI.SUM)
         total = int(count[0])
         sums = self.comm.allreduce(xp.concatenate(
             [s.ravel(), (m2 + s * local_mean).ravel()]))
@@ -256,13 +255,12 @@ class MultiNodeBatchNormalization(BatchNormalization):
         ``residual`` and ``relu`` are separate ops)."""
         if not config.train:
             return super().forward(x, residual=residual, relu=relu)
-        if self.avg_mean is None:
-            self._initialize(self._channel_shape(x))
+        self.initialize_for(x)
         xp = self.xp
         gamma = self.gamma if self.gamma is not None else xp.ones(
-            self.avg_mean.shape, dtype=self._dtype)
+            self.avg_mean.shape, dtype=self.avg_mean.dtype)
         beta = self.beta if self.beta is not None else xp.zeros(
-            self.avg_mean.shape, dtype=self._dtype)
+            self.avg_mean.shape, dtype=self.avg_mean.dtype)
         with running_statistics_guard(self):  # the same on every rank
             if finetune:
                 self.N += 1

@@ -1,17 +1,17 @@
-"""CommunicatorBase: what every communicator shares.
-
-A subclass only decides how the gradients of a model are averaged
-(``_mean_grads``); ranks, parameter broadcast, the array and object
-collectives, ``split`` and the safety checks live here. Every message goes
-through the communicator's :class:`~minichain.dist.guards.watchdog.Wire`, and every
-collective opens with the header of :mod:`minichain.dist.guards.agreement`.
+"""CommunicatorBase: ranks, a wire, and the averaging every communicator
+shares (a subclass says how: flat.py packs, allreduces, unpacks). The
+guards (guards/guarded.py) and the timeline (trace/traced.py) are layers
+that :func:`minichain.dist.create_communicator` puts in front of the class
+(docs/dist.md, "The layers"); ``layers=()`` leaves the bare protocol.
 """
+import contextlib
+import functools
+import time
+
 import numpy
 
 from minichain import backend
-from minichain.dist.transports import mpi, shm_files
-from minichain.dist.guards import agreement, safety, watchdog
-from minichain.dist.trace import timeline
+from minichain.dist.transports import mpi, packing
 from minichain.dist.transports.collectives import CollectivesMixin
 
 
@@ -22,66 +22,69 @@ class CommunicatorBase(CollectivesMixin):
         mpi_comm: an ``mpi4py.MPI.Comm`` (default ``MPI.COMM_WORLD``).
         allreduce_grad_dtype: the dtype gradients are averaged in (None:
             their own; see :func:`minichain.dist.create_communicator`).
-
-    Attributes:
-        mpi_comm: the MPI communicator underneath.
-        rank, size: this process's rank and the number of processes.
-        intra_rank, intra_size: rank among, and number of, the processes on
-            this node (nodes are told apart by MPI's processor name).
-        inter_rank, inter_size: index of this node and number of nodes.
-        overlap, bucket_mb: the defaults of the multi-node optimizers made
-            with this communicator (see
-            :func:`minichain.dist.create_communicator`).
     """
 
     name = None
-    overlap = False
-    bucket_mb = None
-    can_overlap = True  # whether it has _bucket_transport
 
     def __init__(self, mpi_comm=None, allreduce_grad_dtype=None):
         MPI = mpi.import_mpi()
         self.mpi_comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
-        self._owns_mpi_comm = False
+        self.wire = self.make_wire(self.mpi_comm, self.label())
         self.allreduce_grad_dtype = self._check_grad_dtype(
             allreduce_grad_dtype)
-        self._wire = watchdog.Wire(self.mpi_comm, self.name or type(
-            self).__name__)
-        self._buckets = None  # the Wire of overlapped buckets, when needed
-        self._init_ranks(MPI.Get_processor_name())
-        shm_files.release_after_init(self.mpi_comm, MPI.COMM_WORLD)
-        safety.install_abort_hook()
-        timeline.start_from_env(self)
+        self.buffers = packing.BufferCache()
+        self._owns_mpi_comm = False
+        self._buckets = None  # the wire of overlapped buckets, when needed
+        self._init_ranks(self.mpi_comm.allgather(MPI.Get_processor_name()))
 
     rank = property(lambda self: self.mpi_comm.rank)
     size = property(lambda self: self.mpi_comm.size)
 
-    def __repr__(self):
-        return '<{} rank {} of {}>'.format(type(self).__name__, self.rank,
-                                           self.size)
+    def multi_node_mean_grad(self, model, zero_fill=False, step=None):
+        """Replace every gradient of ``model`` by its mean over all ranks
+        (parameters in ``model.namedparams()`` order, the same everywhere).
+        See :meth:`average_grads`. The guards raise on every rank:
+        ModelMismatchError, ValueError (``zero_fill``), CollectiveMismatchError
+        (``step``)."""
+        self.average_grads(model, zero_fill, step)
 
-    def _check_grad_dtype(self, dtype):
-        if dtype is None:
-            return None
-        dtype = numpy.dtype(dtype)
-        if dtype not in (numpy.float32, numpy.float64):
-            raise ValueError(
-                '{} communicator: allreduce_grad_dtype must be None, float32 '
-                'or float64 (float16/bfloat16 transfer needs pure_nccl), got {}'
-                .format(self.name, dtype))
-        return dtype
+    def average_grads(self, model, zero_fill=False, step=None, active=None):
+        """Average the gradients; return how many ranks contributed.
+        ``zero_fill``: a gradient None on some ranks only counts as zeros
+        (else a ValueError); ``step``: must be equal on every rank;
+        ``active``: whether this rank still has data (in ``dist.join``).
+        ``param.grad`` may become a view of a buffer reused next call."""
+        entries, n_active = self.plan_grads(model, zero_fill, step, active)
+        if entries:
+            self.mean_grads(model, entries)
+        return n_active
 
-    def _init_ranks(self, processor_name):
-        names = self._wire.allgather_obj(processor_name)
-        nodes = list(dict.fromkeys(names))  # in order of first rank
-        mine = names[self.rank]
-        same = [r for r, n in enumerate(names) if n == mine]
-        self.intra_rank = same.index(self.rank)
-        self.intra_size = len(same)
-        self.inter_rank = nodes.index(mine)
-        self.inter_size = len(nodes)
+    def plan_grads(self, model, zero_fill=False, step=None, active=None):
+        """``([(path, param, grad_or_None)], n_active)``: what to average.
+        Bare: every initialized parameter, every rank active; the guards
+        agree on it first (:func:`minichain.dist.guards.safety.plan_grads`).
+        """
+        return [(n, p, p.grad) for n, p in model.namedparams()
+                if p.array is not None], self.size
 
-    # -- model-level operations -----------------------------------------------
+    def mean_grads(self, model, entries):
+        """Average ``[(path, param, grad_or_None)]`` over ranks and set each
+        ``param.grad`` (None contributes zeros)."""
+        raise NotImplementedError(type(self).__name__ + '.mean_grads')
+
+    # Attributes (besides mpi_comm, wire, rank and size): intra_rank and
+    # intra_size, this process's rank among, and the number of, the
+    # processes on its node (told apart by MPI's processor name);
+    # inter_rank and inter_size, the index of its node and the number of
+    # nodes; overlap and bucket_mb, the defaults of the multi-node
+    # optimizers made with it; layers, the layer classes in front of it
+    # (see with_layers).
+    overlap = False
+    bucket_mb = None
+    can_overlap = True  # whether it has bucket_transport
+    layers = ()
+    Packer = packing.Packer  # the tracing layer times pack and unpack
+
     def bcast_data(self, model):
         """Copy rank 0's parameters and persistent values to every rank.
 
@@ -89,32 +92,22 @@ class CommunicatorBase(CollectivesMixin):
         persistents (e.g. a batch-norm sample count) are set on their link.
 
         Raises:
-            ModelMismatchError: the models differ (on every rank).
+            ModelMismatchError: the models differ (with the guards).
             ValueError: a parameter is not initialized yet (run one forward
                 pass first), on every rank.
         """
-        with self._wire.collective('bcast_data'):
-            self._bcast_data(model)
-
-    def _bcast_data(self, model):
         params = list(model.namedparams())
-        persistents = list(model.namedpersistents())
-        safety.agree(self._wire, safety.param_layout(params)
-                     + safety.persistent_layout(persistents), 'bcast_data')
         uninit = [n for n, p in params if p.array is None]
         if uninit:
             raise ValueError(
                 'bcast_data: parameters {} are not initialized; run one '
                 'forward pass (lazy initialization) before broadcasting'
                 .format(', '.join(uninit)))
+        persistents = list(model.namedpersistents())
         arrays = [p.array for _, p in params]
-        scalars = []
-        for name, v in persistents:
-            if backend.is_array(v):
-                arrays.append(v)
-            else:
-                scalars.append(name)
+        arrays += [v for _, v in persistents if backend.is_array(v)]
         self._bcast_arrays(arrays)
+        scalars = [n for n, v in persistents if not backend.is_array(v)]
         if scalars:
             values = self.bcast_obj([dict(persistents)[n] for n in scalars])
             if self.rank != 0:
@@ -131,123 +124,151 @@ class CommunicatorBase(CollectivesMixin):
         if self.rank == 0:
             for a, o, n in zip(arrays, offsets, sizes):
                 buf[o:o + n] = mpi.as_bytes(mpi.to_host(a)[0])
-        with timeline.span('bcast', buf.nbytes):
-            mpi.bcast_buffer(self._wire, buf, 0)
+        self.bcast_packed(buf)
         if self.rank != 0:
             for a, o, n in zip(arrays, offsets, sizes):
                 value = buf[o:o + n].view(a.dtype).reshape(a.shape)
                 xp = backend.get_array_module(a)
                 xp.copyto(a, xp.asarray(value))
 
-    def multi_node_mean_grad(self, model, zero_fill=False, step=None):
-        """Replace every gradient of ``model`` by its mean over all ranks.
+    def bcast_packed(self, buf):
+        """Broadcast the host byte buffer ``buf`` from rank 0, in place."""
+        mpi.bcast_buffer(self.wire, buf, 0)
 
-        Parameters are taken in ``model.namedparams()`` order (sorted by
-        path), the same on every rank. A gradient that is None on every rank
-        stays None (the optimizer skips it).
+    # -- what the guards replace ----------------------------------------------
+    def label(self):
+        """How reports name this communicator (``'flat'``)."""
+        return self.name or type(self).__name__
 
-        Args:
-            model: a Link whose gradients were computed by ``backward``.
-            zero_fill: a gradient that is None on some ranks only counts as
-                zeros there (and they receive the mean). Without it that case
-                is a ValueError raised on every rank.
-            step: a training step count that must be equal on every rank
-                (e.g. ``optimizer.t``); None: not compared.
+    def make_wire(self, mpi_comm, label):
+        """What messages over ``mpi_comm`` go through: the communicator
+        itself (the guards return a watched Wire over a duplicate)."""
+        return mpi_comm
 
-        Raises:
-            ModelMismatchError: the models differ (on every rank).
-            ValueError: see ``zero_fill``.
-            CollectiveMismatchError: ``step`` differs between ranks.
+    def free_wire(self, wire):
+        """Release what :meth:`make_wire` made (nothing here)."""
 
-        After the call ``param.grad`` may be a view of a buffer that the
-        communicator reuses at its next call for this model: copy a gradient
-        that must outlive the next step.
-        """
-        self._multi_node_mean_grad(model, zero_fill, step)
+    def collective(self, kind):
+        """Bracket one collective (a ``with`` block): nothing here; the
+        guards number it, for the header and the stall reports."""
+        return contextlib.nullcontext()
 
-    def _multi_node_mean_grad(self, model, zero_fill, step=None,
-                              active=None):
-        """:meth:`multi_node_mean_grad`; returns the number of ranks that
-        contributed (``active``: see :func:`safety.plan_grads`)."""
-        with self._wire.collective('multi_node_mean_grad'):
-            # The header is the step's first collective: a rank that arrives
-            # early waits here for the slower one, so the timeline names it.
-            with timeline.span('sync'):
-                entries, n_active = safety.plan_grads(
-                    self._wire, model.namedparams(), zero_fill,
-                    self._layout_extra(model), step, active)
-            if entries:
-                self._mean_grads(model, entries)
-        return n_active
+    def header(self, agree=None, on_mismatch=None, maxes=(), root=None,
+               root_values=()):
+        """The values a collective's ranks exchange before the data: the
+        max of ``maxes`` and rank ``root``'s ``root_values`` (as
+        :func:`minichain.dist.guards.agreement.header`, which the guards
+        call instead, also agreeing on ``agree``). Returns both, as
+        tuples of ints."""
+        from minichain.dist.guards.agreement import raise_failures
+        raise_failures([agree])  # a local error, raised here only
+        MPI = mpi.import_mpi()
+        if maxes:
+            v = numpy.array(maxes, numpy.int64)
+            self.mpi_comm.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
+            maxes = v.tolist()
+        if root is not None:
+            root_values = tuple(self.mpi_comm.bcast(tuple(root_values), root))
+        return tuple(int(x) for x in maxes), tuple(int(x) for x in root_values)
 
-    def _plan_grads(self, model, zero_fill):
-        """The header of a gradient averaging as a collective of its own (for
-        one enqueued on a GPU stream); returns the entries to average."""
-        with self._wire.collective('multi_node_mean_grad'):
-            return safety.plan_grads(self._wire, model.namedparams(),
-                                     zero_fill, self._layout_extra(model))[0]
+    def wait_until(self, done, what, on_stall=None, wire=None):
+        """Wait until ``done()`` holds (e.g. a CUDA event has passed);
+        ``what`` names it (the guards watch the wait as an MPI call's)."""
+        while not done():
+            time.sleep(1e-4)
+
+    def wait_request(self, request):
+        """Wait for a non-blocking point-to-point ``request`` on the wire
+        (the ring's steps); the guards watch the wait (the stall timeout)."""
+        request.Wait()
+
+    def raise_everywhere(self, error):
+        """Raise ``error`` on every rank (with the guards: see
+        :func:`minichain.dist.guards.agreement.raise_everywhere`; bare, here
+        only)."""
+        raise error
+
+    # -- the rest -------------------------------------------------------------
+    def __repr__(self):
+        return '<{} rank {} of {}>'.format(type(self).__name__, self.rank,
+                                           self.size)
+
+    def _check_grad_dtype(self, dtype):
+        if dtype is None:
+            return None
+        dtype = numpy.dtype(dtype)
+        if dtype not in (numpy.float32, numpy.float64):
+            raise ValueError(
+                '{} communicator: allreduce_grad_dtype must be None, float32 '
+                'or float64 (float16/bfloat16 transfer needs pure_nccl), got {}'
+                .format(self.name, dtype))
+        return dtype
+
+    def _init_ranks(self, names):
+        nodes = list(dict.fromkeys(names))  # in order of first rank
+        mine = names[self.rank]
+        same = [r for r, n in enumerate(names) if n == mine]
+        self.intra_rank = same.index(self.rank)
+        self.intra_size = len(same)
+        self.inter_rank = nodes.index(mine)
+        self.inter_size = len(nodes)
 
     def allreduce_grad(self, model, zero_fill=False):
         """ChainerMN's earlier name of :meth:`multi_node_mean_grad`."""
         self.multi_node_mean_grad(model, zero_fill)
 
-    def _layout_extra(self, model):
+    def layout_extra(self, model):
         """Extra ``(label, 'tag', text)`` entries that every rank must agree
         on before averaging (none here; NCCL adds the array device kind)."""
         return ()
 
-    def _mean_grads(self, model, entries):
-        """Average ``[(path, param, grad_or_None)]`` over ranks and set each
-        ``param.grad`` (None contributes zeros)."""
-        raise NotImplementedError(type(self).__name__ + '._mean_grads')
-
-    def _bucket_wire(self):
-        """The Wire of the overlapped averaging's buckets
-        (:mod:`minichain.dist.averaging.overlap`): a duplicate of its own, so that
-        buckets in flight during backward never mix with the collectives
-        that backward makes on this communicator. Created when first
-        needed, collectively (by every rank's first averaging)."""
+    def bucket_wire(self):
+        """The wire of the overlapped averaging's buckets
+        (:mod:`minichain.dist.averaging.overlap`): a duplicate of its own, so
+        that buckets in flight during backward never mix with the
+        collectives that backward makes on this communicator. Created when
+        first needed, collectively (by every rank's first averaging)."""
         if self._buckets is None:
-            self._buckets = watchdog.Wire(self.mpi_comm, '{} buckets'.format(
-                self.name or type(self).__name__))
+            self._buckets = self.make_wire(
+                self.mpi_comm, '{} buckets'.format(self.label()))
         return self._buckets
 
-    def _bucket_transport(self, device):
+    def bucket_transport(self, device):
         """How this communicator reduces an overlapped bucket whose arrays
         live on ``device`` (-1: the host): over MPI here."""
         from minichain.dist.transports.mpi_buckets import MpiBuckets
-        return MpiBuckets(self._bucket_wire(), device,
+        return MpiBuckets(self.bucket_wire(), device,
                           self.allreduce_grad_dtype)
-
-    def raise_everywhere(self, error):
-        """Raise ``error`` on every rank (see
-        :func:`minichain.dist.guards.agreement.raise_everywhere`): the others
-        raise it in the collective they are in or enter next."""
-        agreement.raise_everywhere(self._wire, error)
 
     # -- communicator management ----------------------------------------------
     def split(self, color, key):
         """A communicator of the same kind over the ranks with equal ``color``,
         ordered by ``key`` (MPI_Comm_split)."""
-        with self._wire.collective('split'):
-            self._header()
-            mpi_sub = self.mpi_comm.Split(color, key)
-        sub = type(self)(mpi_sub,
+        sub = type(self)(self.mpi_comm.Split(color, key),
                          allreduce_grad_dtype=self.allreduce_grad_dtype)
         sub._owns_mpi_comm = True
         sub.overlap, sub.bucket_mb = self.overlap, self.bucket_mb
         return sub
 
     def finalize(self):
-        """Release what this communicator holds (sub-communicators it
-        created) and write the timeline this communicator started (see
-        :mod:`minichain.dist.trace.timeline`). MPI itself is finalized by mpi4py
-        at exit."""
-        timeline.finish_owned(self)
-        for wire in (self._buckets, self._wire):
+        """Release what this communicator holds (its wires, sub-communicators
+        it created). MPI itself is finalized by mpi4py at exit."""
+        for wire in (self._buckets, self.wire):
             if wire is not None:
-                wire.free()
-        self._wire = self._buckets = None
+                self.free_wire(wire)
+        self.wire = self._buckets = None
         if self._owns_mpi_comm and self.mpi_comm is not None:
             self.mpi_comm.Free()
             self.mpi_comm = None
+
+
+@functools.lru_cache(maxsize=None)
+def with_layers(cls, layers):
+    """``cls`` with the layer classes ``layers`` in front (outermost
+    first): a subclass of the same name, so ``type(comm).__name__`` and
+    ``isinstance`` read as for ``cls``. ``()`` returns ``cls`` itself."""
+    if not layers:
+        return cls
+    return type(cls.__name__, tuple(layers) + (cls,), {
+        '__module__': cls.__module__, '__qualname__': cls.__qualname__,
+        '__doc__': cls.__doc__, 'layers': tuple(layers)})

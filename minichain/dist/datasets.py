@@ -61,7 +61,7 @@ def scatter_index(n, comm, root=0, shuffle=False, seed=None,
     Returns:
         int64 array of this rank's indices.
     """
-    with comm._wire.collective('scatter_index'):
+    with comm.collective('scatter_index'):
         shards = _root_shards(comm, root, n, shuffle, seed,
                               force_equal_length)
         if comm.rank == root:
@@ -80,7 +80,7 @@ def _root_shards(comm, root, n, shuffle, seed, force_equal_length):
     else:
         shards = (attempt(_all_shards, n, comm.size, shuffle, seed,
                           force_equal_length) if comm.rank == root else None)
-    comm._header(shards if isinstance(shards, Failure) else root)
+    comm.header(shards if isinstance(shards, Failure) else root)
     return shards
 
 
@@ -109,7 +109,7 @@ def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None,
     Returns:
         This rank's shard: an array, a tuple of arrays, or a list.
     """
-    with comm._wire.collective('scatter_dataset'):
+    with comm.collective('scatter_dataset'):
         n = attempt(_length, dataset, root) if comm.rank == root else None
         shards = _root_shards(comm, root, n, shuffle, seed,
                               force_equal_length)

@@ -3,14 +3,7 @@ import numpy
 
 from minichain import backend
 from minichain.dist.transports import mpi, packing
-from minichain.dist.trace import timeline
 from minichain.dist.communicator_base import CommunicatorBase
-
-
-# A chunk of a few MB is reduced while it is still in the last-level cache
-# from its packing, which is faster than one Allreduce of the whole buffer
-# (bench/allreduce.py compares the two).
-PIPELINE_BYTES = 4 << 20
 
 
 class FlatCommunicator(CommunicatorBase):
@@ -18,64 +11,41 @@ class FlatCommunicator(CommunicatorBase):
 
     All gradients are packed, in ``namedparams()`` order, into one
     contiguous buffer reused across steps, each scaled by ``1/size`` on the
-    way in (the one division: the sum of scaled values is the mean). The
-    in-place Allreduce of the buffer is issued in pipeline chunks of
-    ``PIPELINE_BYTES``, each reduced while still in cache from its packing.
-    Each gradient then becomes a view of its segment. CuPy gradients are
-    packed on the device and staged through host memory. The buffer dtype
-    is the widest gradient dtype, or ``allreduce_grad_dtype`` (float32 or
-    float64).
+    way in (the one division: the sum of scaled values is the mean); the
+    buffer is summed over the ranks in place, and each gradient becomes a
+    view of its segment. The buffer dtype is the widest gradient dtype, or
+    ``allreduce_grad_dtype`` (float32 or float64).
     """
 
     name = 'flat'
 
-    def __init__(self, mpi_comm=None, allreduce_grad_dtype=None):
-        super().__init__(mpi_comm, allreduce_grad_dtype)
-        self._buffers = packing.BufferCache()
+    def mean_grads(self, model, entries):
+        """Pack (scaled by 1/size), sum over the ranks, unpack."""
+        packer = self.Packer(entries)
+        buf = self.buffers.get(
+            model, 'packed', entries[0][1].array,
+            packing.grad_dtype(entries, self.allreduce_grad_dtype),
+            packer.total)
+        for lo, hi in self.pieces(buf):  # one piece; see Pipelined
+            packer.pack(buf, 1.0 / self.size, lo, hi)
+            self.allreduce_packed(buf[lo:hi])
+        packer.unpack(buf)
 
-    def _mean_grads(self, model, entries):
-        dtype = packing.grad_dtype(entries, self.allreduce_grad_dtype)
-        packer = packing.Packer(entries)
-        host = self._buffers.get(model, 'host', numpy, dtype, packer.total)
-        if backend.get_array_module(entries[0][1].array) is numpy:
-            self._mean_on_host(packer, host)
-        else:
-            self._mean_through_host(model, packer, host)
+    def allreduce_packed(self, buf):
+        """Sum ``buf`` over the ranks, in place."""
+        MPI = mpi.import_mpi()
+        if backend.get_array_module(buf) is numpy:
+            self.wire.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+        else:  # CuPy: through a host copy (MPI reads host memory)
+            host = self.buffers.get(self, 'host', None, buf.dtype, buf.size)
+            with backend.cuda_device(backend.get_device_id(buf)):
+                buf.get(out=host)
+                self.wire.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM)
+                buf.set(host)
 
-    def _mean_on_host(self, packer, host):
-        """NumPy gradients: pack, Allreduce and unpack ``host`` chunk by
-        chunk, each chunk reduced right after it is packed."""
-        scale = 1.0 / self.size
-        step = max(1, min(PIPELINE_BYTES, mpi.CHUNK_BYTES) // host.itemsize)
-        for lo in range(0, packer.total, step):
-            hi = min(packer.total, lo + step)
-            nbytes = (hi - lo) * host.itemsize
-            with timeline.span('pack', nbytes):
-                packer.pack(host, scale, lo, hi)
-            with timeline.span('allreduce', nbytes):
-                self._sum_across_ranks(host[lo:hi])
-        with timeline.span('unpack', host.nbytes):
-            packer.unpack(host)
-
-    def _mean_through_host(self, model, packer, host):
-        """CuPy gradients: pack on the device, Allreduce a host copy of the
-        buffer, copy it back and unpack on the device."""
-        first = packer.entries[0][1].array
-        with backend.cuda_device(backend.get_device_id(first)):
-            dev = self._buffers.get(model, 'device',
-                                    backend.get_array_module(first),
-                                    host.dtype, packer.total)
-            with timeline.span('pack', host.nbytes, sync=True):
-                packer.pack(dev, 1.0 / self.size)
-                dev.get(out=host)
-            with timeline.span('allreduce', host.nbytes):
-                self._sum_across_ranks(host)
-            with timeline.span('unpack', host.nbytes, sync=True):
-                dev.set(host)
-                packer.unpack(dev)
-
-    def _sum_across_ranks(self, buf):
-        """Replace the 1-d host array ``buf`` by its sum over all ranks, in
-        place: MPI's own Allreduce here (the ring communicator overrides
-        this method only)."""
-        mpi.allreduce_buffer(self._wire, buf, mpi.import_mpi().SUM)
+    def pieces(self, buf):
+        """The ``(lo, hi)`` element ranges ``buf`` is packed and summed in:
+        the whole buffer, in messages below MPI's 2 GiB count limit. The
+        pipeline layer (:class:`~minichain.dist.transports.pipeline.
+        Pipelined`) cuts host buffers in pieces of a few MB instead."""
+        return mpi.chunks(buf.size, buf.itemsize)

@@ -19,7 +19,7 @@ class NaiveCommunicator(CommunicatorBase):
     name = 'naive'
     can_overlap = False  # one allreduce per parameter already
 
-    def _mean_grads(self, model, entries):
+    def mean_grads(self, model, entries):
         MPI = mpi.import_mpi()
         for _, p, g in entries:
             dtype = numpy.dtype(p.dtype if self.allreduce_grad_dtype is None
@@ -30,7 +30,7 @@ class NaiveCommunicator(CommunicatorBase):
                         numpy.array(mpi.to_host(g)[0], dtype=dtype,
                                     order='C'))
             with timeline.span('allreduce', nbytes):
-                mpi.allreduce_buffer(self._wire, host, MPI.SUM)
+                mpi.allreduce_buffer(self.wire, host, MPI.SUM)
             device = backend.get_device_id(p.array)
             with timeline.span('unpack', nbytes, sync=device >= 0):
                 host /= self.size

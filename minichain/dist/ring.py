@@ -46,17 +46,19 @@ the flat communicator.
 Everything else (parameter broadcast, the headers and agreement checks,
 the model checks, join, the NaN check, staging CuPy gradients through the
 host, the pipeline chunks) is the flat communicator's: only
-``_sum_across_ranks`` differs, and with ``overlap`` the buckets go round
+``allreduce_packed`` differs, and with ``overlap`` the buckets go round
 the ring too (:class:`RingBuckets`). The two phases are written once, in
 :func:`ring_steps`, a generator that yields after posting each step: the
 blocking sum waits for each step at once, an overlapped bucket whenever
 the gradient hooks look. Every wait goes through the communicator's
-:class:`~minichain.dist.guards.watchdog.Wire`, so a rank that stops sending is
+:class:`~minichain.dist.guards.watchdog.Wire` (with the guards, as by
+default), so a rank that stops sending is
 named by the stall watchdog, and each step is a ``reduce-scatter`` or
 ``allgather`` span on the timeline (inside flat's ``allreduce`` span).
 """
 import numpy
 
+from minichain import backend
 from minichain.dist.trace import timeline
 from minichain.dist.transports import mpi
 from minichain.dist.transports.mpi_buckets import MpiBuckets
@@ -83,17 +85,26 @@ class RingCommunicator(FlatCommunicator):
         super().__init__(mpi_comm, allreduce_grad_dtype)
         self._inbox = numpy.empty(0)  # where reduce-scatter receives
 
-    def _sum_across_ranks(self, buf):
-        """Replace the 1-d host array ``buf`` by its sum over all ranks, in
-        place, around the ring: each step waits for its messages before
-        the next one begins."""
-        self._inbox = grown(self._inbox, buf.dtype, buf.size, self.size)
-        for requests in ring_steps(self._wire, buf, self._inbox):
-            for request in requests:
-                self._wire.wait(request)
+    def allreduce_packed(self, buf):
+        """Sum ``buf`` over the ranks in place, around the ring: each step
+        waits for its messages before the next one begins. CuPy buffers go
+        round as a host copy, as flat's do through MPI's Allreduce."""
+        if backend.get_array_module(buf) is numpy:
+            return self._ring_sum(buf)
+        host = self.buffers.get(self, 'host', None, buf.dtype, buf.size)
+        with backend.cuda_device(backend.get_device_id(buf)):
+            buf.get(out=host)
+            self._ring_sum(host)
+            buf.set(host)
 
-    def _bucket_transport(self, device):
-        return RingBuckets(self._bucket_wire(), device,
+    def _ring_sum(self, buf):
+        self._inbox = grown(self._inbox, buf.dtype, buf.size, self.size)
+        for requests in ring_steps(self.wire, buf, self._inbox):
+            for request in requests:
+                self.wait_request(request)
+
+    def bucket_transport(self, device):
+        return RingBuckets(self.bucket_wire(), device,
                            self.allreduce_grad_dtype)
 
 

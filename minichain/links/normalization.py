@@ -119,6 +119,12 @@ class BatchNormalization(Link):
         self.avg_mean = xp.zeros(shape, dtype=self._dtype)
         self.avg_var = xp.ones(shape, dtype=self._dtype)
 
+    def initialize_for(self, x):
+        """Create gamma, beta and the running statistics for the channels
+        of ``x`` unless they exist (a layer made with ``size=None``)."""
+        if self.avg_mean is None:
+            self._initialize(self._channel_shape(x))
+
     def _channel_shape(self, x):
         if self.axis is None:
             return x.shape[1:2]
@@ -140,8 +146,7 @@ class BatchNormalization(Link):
         Returns:
             Variable shaped like x.
         """
-        if self.avg_mean is None:
-            self._initialize(self._channel_shape(x))
+        self.initialize_for(x)
         xp = self.xp
         shape = self.avg_mean.shape
         gamma = self.gamma if self.gamma is not None else xp.ones(

@@ -12,7 +12,7 @@ import pytest
 import minichain
 from minichain import links as L
 from minichain.dist.trace import cost_model
-from minichain.dist.flat import PIPELINE_BYTES
+from minichain.dist.transports.pipeline import PIPELINE_BYTES
 from tests.dist._launch import require_mpi, run_mpi
 
 ALPHA, BW = 1e-3, 1e6  # big enough to read from the text's 4 digits

@@ -45,25 +45,25 @@ class Comm:
 
     def __init__(self, log, wire_dtype):
         self.log, self.wire_dtype_ = log, wire_dtype
-        self._in_flight = None
+        self.in_flight = None
 
-    def _init_nccl(self, device):
+    def init_nccl(self, device):
         pass
 
-    def _wire_dtype(self, entries):
+    def transfer_dtype(self, entries):
         return self.wire_dtype_
 
-    def _sum_wire(self, nccl, wire, kind, stream):
+    def sum_on_device(self, nccl, wire, kind, stream):
         self.log.append(('allreduce', stream.name, wire.dtype.name))
 
-    def _wait_in_flight(self):
-        self.log.append(('host waits', self._in_flight))
-        self._in_flight = None
+    def wait_in_flight(self):
+        self.log.append(('host waits', self.in_flight))
+        self.in_flight = None
 
-    def _wait_nccl(self, event, what, wire=None):
+    def wait_nccl(self, event, what, wire=None):
         self.log.append(('host waits', event))
 
-    def _bucket_wire(self):
+    def bucket_wire(self):
         return None
 
 
@@ -127,7 +127,7 @@ def test_done_event_is_recorded_after_the_conversion_back(log, wire_dtype):
         assert steps.index(('convert', 'side')) < at_done
     buckets.complete(bucket)
     assert log[-1] == ('wait', 'compute', done)
-    assert comm._in_flight is done  # the next averaging polls it
+    assert comm.in_flight is done  # the next averaging polls it
 
 
 def test_the_next_averaging_and_the_check_wait_under_the_watchdog(log):
@@ -139,6 +139,6 @@ def test_the_next_averaging_and_the_check_wait_under_the_watchdog(log):
     buckets.complete(bucket)
     buckets.check([bucket])
     assert log[-1][0] == 'host waits'  # before the host reads the flags
-    first = comm._in_flight
+    first = comm.in_flight
     buckets.start(_bucket(log), 0.5)
     assert ('host waits', first) in log

@@ -48,7 +48,7 @@ def test_overlapped_buckets_go_round_the_ring(mpi_ranks):
     model = _Grads([5, 7], numpy.float64)
     opt = dist.create_multi_node_optimizer(
         optimizers.SGD(lr=0.1), comm, overlap=True).setup(model)
-    assert isinstance(opt.reducer.comm._bucket_transport(-1),
+    assert isinstance(opt.reducer.comm.bucket_transport(-1),
                       ring.RingBuckets)
 
 
@@ -122,7 +122,7 @@ def test_ring_equals_flat_to_the_rounding_of_another_order(mpi_ranks,
     pytest.importorskip('mpi4py', reason='mpi4py is not installed '
                         '(pip install mpi4py mpich)')
     from minichain import dist
-    from minichain.dist import flat
+    from minichain.dist.transports import pipeline
     from minichain.dist.transports import mpi as _mpi
     ring_comm = dist.create_communicator('ring')
     flat_comm = dist.create_communicator('flat')
@@ -136,7 +136,7 @@ def test_ring_equals_flat_to_the_rounding_of_another_order(mpi_ranks,
             _check_against_flat(ring_comm, flat_comm, dtype, sizes)
     # the pipeline chunks of flat (each summed around the ring) and the
     # pieces below CHUNK_BYTES that one ring step is sent in
-    monkeypatch.setattr(flat, 'PIPELINE_BYTES', 8 * 100)
+    monkeypatch.setattr(pipeline, 'PIPELINE_BYTES', 8 * 100)
     monkeypatch.setattr(_mpi, 'CHUNK_BYTES', 24)
     for dtype in (numpy.float64, numpy.float32):
         _check_against_flat(ring_comm, flat_comm, dtype, [250, 3])

@@ -21,33 +21,10 @@ STDLIB_PRIVATE = {'_exit', '_replace', '_asdict', '_fields', '_make'}
 
 # What is left to clean up, file -> private names it reaches for in other
 # modules. Must shrink to empty; an entry no longer needed fails too.
-KNOWN_PRIVATE = {
-    'minichain/dist/averaging/after_backward.py': {'_multi_node_mean_grad'},
-    'minichain/dist/averaging/overlap.py': {'_bucket_transport',
-        '_bucket_wire', '_layout_extra'},
-    'minichain/dist/batch_normalization.py': {'_channel_shape', '_dtype',
-        '_header', '_initialize', '_wire'},
-    'minichain/dist/communicator_base.py': {'_header'},
-    'minichain/dist/datasets.py': {'_header', '_wire'},
-    'minichain/dist/flat.py': {'_wire'},
-    'minichain/dist/guards/safety.py': {'_wire'},
-    'minichain/dist/hierarchical.py': {'_abort_nccl', '_destroy_nccl',
-        '_wire'},
-    'minichain/dist/naive.py': {'_wire'},
-    'minichain/dist/pure_nccl.py': {'_buffers', '_check_allreduce',
-        '_plan_grads', '_wire'},
-    'minichain/dist/ring.py': {'_bucket_wire', '_wire'},
-    'minichain/dist/transports/collectives.py': {'_wire'},
-    'minichain/dist/transports/nccl_buckets.py': {'_abort_nccl',
-        '_bucket_inter_wire', '_bucket_wire', '_init_nccl', '_nccl_comm',
-        '_sum_wire', '_wait_in_flight', '_wait_nccl', '_wire_dtype'},
-}
+KNOWN_PRIVATE = {}
 
 # Import circles not yet broken, each as a sorted tuple of modules.
-KNOWN_CIRCLES = {
-    ('minichain.dist.hierarchical', 'minichain.dist.pure_nccl',
-     'minichain.dist.transports.nccl_buckets'),
-}
+KNOWN_CIRCLES = set()
 
 
 def _modules(top):

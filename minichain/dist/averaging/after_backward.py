@@ -28,7 +28,7 @@ class AfterBackward(Averaging):
             self.rescale(model, 1 / self.passes)
             return True
         # join: the header also counts the ranks with data
-        n = self.comm._multi_node_mean_grad(
+        n = self.comm.average_grads(
             model, self.zero_fill, self.step_count(), has_data)
         if n:  # the communicator divided by its size, not by n
             self.rescale(model, self.comm.size / n / self.passes)

@@ -283,13 +283,13 @@ class Reducer:
         return self._open(layout)
 
     def _open(self, layout):
-        wire = self.comm._bucket_wire()
+        wire = self.comm.bucket_wire()
         wire.collective('multi_node_mean_grad')
         try:
             replan = self.plan is None or layout != self.plan.layout
             plan_entries = ([('(buckets)', 'tag', 'planned now')] if replan
                             else self.plan.describe())
-            safety.agree(wire, layout + list(self.comm._layout_extra(
+            safety.agree(wire, layout + list(self.comm.layout_extra(
                 self.model)) + self._settings() + plan_entries,
                 'multi_node_mean_grad', step=self._step_count())
             if replan:
@@ -319,7 +319,7 @@ class Reducer:
         wire.Bcast(order, root=0)  # rank 0's order, on every rank
         ordered = [entries[i] for i in order]
         if self.transport is None and ordered:
-            self.transport = self.comm._bucket_transport(
+            self.transport = self.comm.bucket_transport(
                 backend.get_device_id(ordered[0][1].array))
         buckets = []
         if ordered:
@@ -347,7 +347,7 @@ class Reducer:
             launched += 1
         if step.next == len(self.plan.buckets) and step.presence is None:
             MPI = mpi.import_mpi()
-            step.presence = self.comm._bucket_wire().Iallreduce(
+            step.presence = self.comm.bucket_wire().Iallreduce(
                 MPI.IN_PLACE, step.has, op=MPI.SUM)
         return launched
 
@@ -388,7 +388,7 @@ class Reducer:
         step = self.step
         if step is None:
             step = self._open(safety.param_layout(self.model.namedparams()))
-        wire = self.comm._bucket_wire()
+        wire = self.comm.bucket_wire()
         try:
             self._launch_rest(step)
             with timeline.span('wait'):

@@ -1,5 +1,8 @@
 """Guards: what keeps a data-parallel job from hanging or silently diverging.
 
+* :mod:`~minichain.dist.guards.guarded` -- the layer: ``Guarded``, put in
+  front of a communicator class by ``create_communicator``, swaps the
+  protocol's wire, header and gradient plan for the guarded ones below.
 * :mod:`~minichain.dist.guards.agreement` -- the header every collective
   opens with (kind, sequence number, sizes), so that ranks calling
   different collectives fail with a message instead of hanging.
@@ -8,6 +11,7 @@
 * :mod:`~minichain.dist.guards.watchdog` (with ``stall_notes``) -- no rank
   waits forever: every MPI wait is polled under a stall timeout.
 
-The protocol (``flat.py``, ``communicator_base.py``) works without them; a
-student can skip this folder on first reading.
+The protocol (``flat.py``, ``communicator_base.py``) works without them
+(``create_communicator(name, layers=())``); a student can skip this folder
+on first reading.
 """

@@ -23,6 +23,8 @@ HEADER_SIZE = 16
 N_MAXES, N_ROOT = 4, 6     # header slots: combined by max, set by the root
 _UNSET = numpy.iinfo(numpy.int64).min
 _codes = {}
+_hashes = {}               # layout_hash's table: layout -> hash
+_MAX_HASHES = 256
 RAISE = 'raise_everywhere'  # the kind that the other kinds give way to
 
 
@@ -184,7 +186,24 @@ def _grouped(values):
 
 def layout_hash(layout):
     """A 62-bit hash of a layout, equal on every process (never ``hash()``,
-    which Python randomizes per process for strings)."""
+    which Python randomizes per process for strings).
+
+    A hashable layout (a tuple, such as a training step's model layout)
+    is hashed once: the next steps find it in a small table, where
+    writing out its repr and hashing it would cost the step some 10 us."""
+    try:
+        return _hashes[layout]
+    except KeyError:
+        pass
+    except TypeError:  # a list: not remembered
+        return _digest(layout)
+    if len(_hashes) >= _MAX_HASHES:
+        _hashes.clear()
+    value = _hashes[layout] = _digest(layout)
+    return value
+
+
+def _digest(layout):
     digest = hashlib.blake2b(repr(layout).encode(), digest_size=8).digest()
     return int.from_bytes(digest, 'little') & ((1 << 62) - 1)
 

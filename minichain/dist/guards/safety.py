@@ -152,9 +152,10 @@ def check_same_model(comm, model):
         comm: a minichain.dist communicator.
         model: a Link.
     """
-    with comm._wire.collective('check_same_model'):
-        agree(comm._wire, param_layout(model.namedparams()),
-              'check_same_model')
+    with comm.collective('check_same_model'):
+        comm.header(param_layout(model.namedparams()),
+                    lambda layouts: ModelMismatchError(mismatch_message(
+                        'check_same_model', layouts)))
 
 
 def _describe(entry):
@@ -227,9 +228,11 @@ def plan_grads(wire, named_params, zero_fill, extra=(), step=None,
     entries = [(n, p) for n, p in named_params if p.array is not None]
     missing = numpy.array([p.grad is None for _, p in entries], dtype=bool)
     flags = () if active is None else (int(not active), int(bool(active)))
-    n_missing, *joined = agree(wire, param_layout(named_params) + list(extra),
-                               'multi_node_mean_grad', int(missing.sum()),
-                               step, flags)
+    # A tuple, so that the header hashes a step's layout once (see
+    # agreement.layout_hash).
+    layout = tuple(param_layout(named_params)) + tuple(extra)
+    n_missing, *joined = agree(wire, layout, 'multi_node_mean_grad',
+                               int(missing.sum()), step, flags)
     MPI = mpi.import_mpi()
     n_active = wire.size
     if joined and joined[0]:  # some rank ran out of data: count the others

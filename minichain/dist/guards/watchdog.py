@@ -60,8 +60,6 @@ import sys
 import time
 import weakref
 
-import numpy
-
 from minichain.dist.transports import mpi, shm_files
 from minichain.dist.guards import stall_notes
 
@@ -281,15 +279,7 @@ class Wire:
 
     def allgather_obj(self, obj):
         """Every rank's picklable ``obj``, in rank order (two messages)."""
-        data = numpy.frombuffer(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL),
-                                numpy.uint8)
-        sizes = numpy.empty(self.size, numpy.int64)
-        self.Allgather(numpy.array([data.size], numpy.int64), sizes)
-        out = numpy.empty(int(sizes.sum()), numpy.uint8)
-        offsets = numpy.concatenate([[0], numpy.cumsum(sizes)[:-1]])
-        self.Allgatherv(data, [out, sizes, offsets, mpi.import_mpi().BYTE])
-        return [pickle.loads(out[o:o + n].tobytes())
-                for o, n in zip(offsets, sizes)]
+        return mpi.allgather_obj(self, obj)
 
     def wait_until(self, done, what, on_stall=None):
         """Wait until ``done()`` is true (e.g. a CUDA event has passed) as for

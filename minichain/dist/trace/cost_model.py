@@ -78,7 +78,7 @@ def _itemsize(dtype):
 def _messages(comm, rows, on_gpu, dtype):
     """``[(nbytes, ranks, medium)]`` that one step sends, and a description."""
     from minichain.dist.transports import mpi
-    from minichain.dist.flat import PIPELINE_BYTES
+    from minichain.dist.transports.pipeline import PIPELINE_BYTES
     name, p = comm.name, comm.size
     total = sum(r[3] for r in rows)
     if name == 'naive':

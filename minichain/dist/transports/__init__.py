@@ -6,6 +6,11 @@
   shares.
 * :mod:`~minichain.dist.transports.packing` -- gradients into one
   contiguous buffer and back.
+* :mod:`~minichain.dist.transports.pipeline` -- the layer ``Pipelined``:
+  a packed host buffer summed in pieces of 4 MiB, each while in cache.
+* :mod:`~minichain.dist.transports.nccl` -- what the NCCL communicators
+  share: the NCCL module, its dtypes, the bfloat16 codec, the
+  one-GPU-per-rank check.
 * :mod:`~minichain.dist.transports.mpi_buckets`,
   :mod:`~minichain.dist.transports.nccl_buckets` -- the buckets of an
   overlapped averaging over MPI and NCCL.

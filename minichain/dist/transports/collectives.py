@@ -51,20 +51,19 @@ def _pickled(obj):
 
 
 class CollectivesMixin:
-    """Array and object collectives over ``self._wire``."""
-
-    def _header(self, agree=None, on_mismatch=None, **kw):
-        return agreement.header(self._wire, agree, on_mismatch, **kw)
+    """Array and object collectives over ``self.wire``, each in
+    ``self.collective(kind)`` and opening with ``self.header(...)`` (see
+    :class:`~minichain.dist.communicator_base.CommunicatorBase`)."""
 
     def _bcast_pickled(self, obj, root, agree=None):
         """Header (agreeing on ``agree``, the root and the length), then
         ``root``'s pickled ``obj`` on every rank; a Failure is raised on
         every rank."""
         data = _pickled(obj) if self.rank == root else None
-        _, (n,) = self._header((agree, root), root=root, root_values=(
+        _, (n,) = self.header((agree, root), root=root, root_values=(
             data.size if data is not None else 0,))
         buf = data.copy() if data is not None else numpy.empty(n, numpy.uint8)
-        mpi.bcast_buffer(self._wire, buf, root)
+        mpi.bcast_buffer(self.wire, buf, root)
         value = obj if self.rank == root else pickle.loads(buf.tobytes())
         agreement.raise_failures([value])
         return value
@@ -80,7 +79,7 @@ class CollectivesMixin:
             A new array of x's dtype (``'mean'`` of integers is float64;
             a boolean sum counts, in int64).
         """
-        with self._wire.collective('allreduce'):
+        with self.collective('allreduce'):
             MPI = self._agree_allreduce(x, op)
             host, on_gpu = mpi.to_host(x)
             if host.dtype.kind == 'b' or host.dtype == numpy.float16:
@@ -90,27 +89,27 @@ class CollectivesMixin:
                 buf = numpy.array(host, copy=True, order='C')
             mpi_op = {'sum': MPI.SUM, 'mean': MPI.SUM, 'max': MPI.MAX,
                       'min': MPI.MIN, 'prod': MPI.PROD}[op]
-            mpi.allreduce_buffer(self._wire, buf, mpi_op)
+            mpi.allreduce_buffer(self.wire, buf, mpi_op)
         if op == 'mean':
             buf = buf / self.size
         if buf.dtype != host.dtype and host.dtype.kind in 'fc':
             buf = buf.astype(host.dtype)
         return mpi.from_host(buf, on_gpu)
 
-    def _check_allreduce(self, x, op):
+    def check_allreduce(self, x, op):
         """The header of an allreduce as a collective of its own (for a
         communicator that reduces on the device); returns the MPI module."""
-        with self._wire.collective('allreduce'):
+        with self.collective('allreduce'):
             return self._agree_allreduce(x, op)
 
     def _agree_allreduce(self, x, op):
-        self._header(attempt(_allreduce_meta, x, op),
+        self.header(attempt(_allreduce_meta, x, op),
                      _meta_error('allreduce', ('op',)))
         return mpi.import_mpi()
 
     def bcast(self, x, root=0):
         """Return ``root``'s array on every rank (``x`` ignored elsewhere)."""
-        with self._wire.collective('bcast'):
+        with self.collective('bcast'):
             meta = (attempt(lambda: _meta(x, 'bcast') + (mpi.to_host(x)[1],))
                     if self.rank == root else None)
             shape, dtype, on_gpu = self._bcast_pickled(meta, root)
@@ -118,7 +117,7 @@ class CollectivesMixin:
                 buf = numpy.asarray(mpi.to_host(x)[0], order='C')
             else:
                 buf = numpy.empty(shape, dtype=dtype)
-            mpi.bcast_buffer(self._wire, mpi.as_bytes(buf), root)
+            mpi.bcast_buffer(self.wire, mpi.as_bytes(buf), root)
         return mpi.from_host(buf, on_gpu) if self.rank != root else x
 
     def allgather(self, x):
@@ -127,8 +126,8 @@ class CollectivesMixin:
         Returns:
             Array of shape ``(size,) + x.shape`` on every rank.
         """
-        with self._wire.collective('allgather'):
-            self._header(attempt(_meta, x, 'allgather'),
+        with self.collective('allgather'):
+            self.header(attempt(_meta, x, 'allgather'),
                          _meta_error('allgather'))
             host, on_gpu = mpi.to_host(x)
             src = mpi.as_bytes(host)
@@ -136,10 +135,10 @@ class CollectivesMixin:
             dst = out.reshape(self.size, -1).view(numpy.uint8)
             for start, stop in mpi.chunks(src.size, self.size):
                 if start == 0 and stop == src.size:
-                    self._wire.Allgather(src, dst)
+                    self.wire.Allgather(src, dst)
                 else:
                     part = numpy.empty((self.size, stop - start), numpy.uint8)
-                    self._wire.Allgather(src[start:stop], part)
+                    self.wire.Allgather(src[start:stop], part)
                     dst[:, start:stop] = part
         return mpi.from_host(out, on_gpu)
 
@@ -149,8 +148,8 @@ class CollectivesMixin:
         Returns:
             Array of shape ``(size,) + x.shape`` on ``root``; None elsewhere.
         """
-        with self._wire.collective('gather'):
-            self._header(attempt(lambda: _meta(x, 'gather') + (root,)),
+        with self.collective('gather'):
+            self.header(attempt(lambda: _meta(x, 'gather') + (root,)),
                          _meta_error('gather', ('root',)))
             host, on_gpu = mpi.to_host(x)
             host = numpy.asarray(host, order='C')
@@ -174,7 +173,7 @@ class CollectivesMixin:
                 raise ValueError('scatter: root {} passed {} rows for {} '
                                  'ranks'.format(root, len(xs), self.size))
             return _meta(xs, 'scatter'), mpi.to_host(xs)[1]
-        with self._wire.collective('scatter'):
+        with self.collective('scatter'):
             meta = attempt(root_meta) if self.rank == root else None
             (shape, dtype), on_gpu = self._bcast_pickled(meta, root)
             if self.rank == root:
@@ -193,13 +192,13 @@ class CollectivesMixin:
         """Send array ``x`` to rank ``dest`` (shape and dtype travel too)."""
         host, on_gpu = mpi.to_host(x)
         host = numpy.asarray(host, order='C')
-        mpi.send_obj(self._wire, (host.shape, host.dtype.str, on_gpu), dest,
+        mpi.send_obj(self.wire, (host.shape, host.dtype.str, on_gpu), dest,
                       tag)
         self._send_host(host, dest, tag)
 
     def recv(self, source, tag=0):
         """Receive an array sent by :meth:`send` (CuPy if it was CuPy)."""
-        shape, dtype, on_gpu = mpi.recv_obj(self._wire, source, tag)
+        shape, dtype, on_gpu = mpi.recv_obj(self.wire, source, tag)
         out = numpy.empty(shape, dtype=dtype)
         self._recv_host(out, source, tag)
         return mpi.from_host(out, on_gpu)
@@ -207,25 +206,25 @@ class CollectivesMixin:
     # -- objects --------------------------------------------------------------
     def bcast_obj(self, obj, root=0):
         """Return ``root``'s picklable object on every rank (any size)."""
-        with self._wire.collective('bcast_obj'):
+        with self.collective('bcast_obj'):
             return self._bcast_pickled(obj, root)
 
     def gather_obj(self, obj, root=0):
         """List of every rank's object on ``root``; None elsewhere."""
-        with self._wire.collective('gather_obj'):
-            self._header(root)
+        with self.collective('gather_obj'):
+            self.header(root)
             if self.rank != root:
-                mpi.send_obj(self._wire, obj, root, mpi.TAG_GATHER_OBJ)
+                mpi.send_obj(self.wire, obj, root, mpi.TAG_GATHER_OBJ)
                 return None
             return [obj if r == root else
-                    mpi.recv_obj(self._wire, r, mpi.TAG_GATHER_OBJ)
+                    mpi.recv_obj(self.wire, r, mpi.TAG_GATHER_OBJ)
                     for r in range(self.size)]
 
     def allgather_obj(self, obj):
         """List of every rank's (small) object on every rank."""
-        with self._wire.collective('allgather_obj'):
-            self._header()
-            return self._wire.allgather_obj(obj)
+        with self.collective('allgather_obj'):
+            self.header()
+            return mpi.allgather_obj(self.wire, obj)
 
     def allreduce_obj(self, obj, op='sum'):
         """Reduce picklable objects with ``+`` (``'sum'``), ``max`` or ``min``
@@ -237,9 +236,9 @@ class CollectivesMixin:
                 raise ValueError('allreduce_obj: op must be one of sum, max, '
                                  'min, got {!r}'.format(op))
             return op
-        with self._wire.collective('allreduce_obj'):
-            self._header(attempt(check))
-            values = self._wire.allgather_obj(obj)
+        with self.collective('allreduce_obj'):
+            self.header(attempt(check))
+            values = mpi.allgather_obj(self.wire, obj)
         out = values[0]
         for v in values[1:]:
             out = fns[op](out, v)
@@ -247,19 +246,19 @@ class CollectivesMixin:
 
     def send_obj(self, obj, dest, tag=0):
         """Send a picklable object (any size) to rank ``dest``."""
-        mpi.send_obj(self._wire, obj, dest, tag)
+        mpi.send_obj(self.wire, obj, dest, tag)
 
     def recv_obj(self, source, tag=0):
         """Receive an object sent by :meth:`send_obj`."""
-        return mpi.recv_obj(self._wire, source, tag)
+        return mpi.recv_obj(self.wire, source, tag)
 
     # -- helpers --------------------------------------------------------------
     def _send_host(self, a, dest, tag):
         flat = mpi.as_bytes(a)
         for start, stop in mpi.chunks(flat.size, 1):
-            self._wire.Send(flat[start:stop], dest=dest, tag=tag)
+            self.wire.Send(flat[start:stop], dest=dest, tag=tag)
 
     def _recv_host(self, out, source, tag):
         flat = out.reshape(-1).view(numpy.uint8)
         for start, stop in mpi.chunks(flat.size, 1):
-            self._wire.Recv(flat[start:stop], source=source, tag=tag)
+            self.wire.Recv(flat[start:stop], source=source, tag=tag)

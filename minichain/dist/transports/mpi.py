@@ -124,6 +124,21 @@ def iallreduce_buffer(wire, buf):
             for start, stop in chunks(flat.size, flat.itemsize)]
 
 
+def allgather_obj(comm, obj):
+    """Every rank's picklable ``obj``, in rank order, over an mpi4py
+    communicator or a :class:`~minichain.dist.guards.watchdog.Wire` (two
+    messages: the lengths, then the bytes)."""
+    data = numpy.frombuffer(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL),
+                            numpy.uint8)
+    sizes = numpy.empty(comm.size, numpy.int64)
+    comm.Allgather(numpy.array([data.size], numpy.int64), sizes)
+    out = numpy.empty(int(sizes.sum()), numpy.uint8)
+    offsets = numpy.concatenate([[0], numpy.cumsum(sizes)[:-1]])
+    comm.Allgatherv(data, [out, sizes, offsets, import_mpi().BYTE])
+    return [pickle.loads(out[o:o + n].tobytes())
+            for o, n in zip(offsets, sizes)]
+
+
 def send_bytes(comm, data, dest, tag=0):
     """Send ``bytes`` of any length to ``dest`` (length first, then chunks).
 

@@ -16,9 +16,10 @@ import numpy
 
 from minichain import backend
 from minichain.dist.trace import timeline
-from minichain.dist.pure_nccl import (BFLOAT16, from_bfloat16_bits,
-                                      nccl_dtype, nccl_module,
-                                      to_bfloat16_bits)
+from minichain.dist.transports import mpi
+from minichain.dist.transports.nccl import (BFLOAT16, from_bfloat16_bits,
+                                            narrow, nccl_dtype, nccl_module,
+                                            to_bfloat16_bits, widen)
 
 
 class _Work:
@@ -38,7 +39,7 @@ class NcclBuckets:
 
     def __init__(self, comm, device):
         self.comm, self.device = comm, device
-        comm._init_nccl(device)
+        comm.init_nccl(device)
         cupy = backend.get_cupy()
         with cupy.cuda.Device(device):
             self.stream = cupy.cuda.Stream(non_blocking=True)
@@ -47,7 +48,7 @@ class NcclBuckets:
     def dtypes(self, entries):
         """``(buffer dtype, bytes per element on the wire)``; bfloat16 is
         packed in float32 and sent as uint16 bit patterns."""
-        self.wire_dtype = self.comm._wire_dtype([(n, p, None)
+        self.wire_dtype = self.comm.transfer_dtype([(n, p, None)
                                                  for n, p in entries])
         if self.wire_dtype == BFLOAT16:
             return numpy.dtype(numpy.float32), 2
@@ -62,7 +63,7 @@ class NcclBuckets:
     def start(self, bucket, scale):
         """Enqueue the bucket on the side stream, after the kernels that
         computed its gradients."""
-        self.comm._wait_in_flight()
+        self.comm.wait_in_flight()
         cupy = backend.get_cupy()
         nccl = nccl_module()
         with cupy.cuda.Device(self.device):
@@ -82,8 +83,8 @@ class NcclBuckets:
                     work.done = self.stream.record()
 
     def _reduce(self, nccl, work):
-        self.comm._sum_wire(nccl, work.wire, nccl_dtype(nccl, self.wire_dtype),
-                            self.stream)
+        self.comm.sum_on_device(nccl, work.wire,
+                                nccl_dtype(nccl, self.wire_dtype), self.stream)
 
     def _later_stages(self):
         return False
@@ -104,7 +105,7 @@ class NcclBuckets:
             self._finish_stages(bucket)
             cupy.cuda.get_current_stream().wait_event(bucket.work.done)
             # the next averaging's host waits for it under the watchdog
-            self.comm._in_flight = bucket.work.done
+            self.comm.in_flight = bucket.work.done
             bucket.work = None
 
     def check(self, buckets):
@@ -117,9 +118,9 @@ class NcclBuckets:
         cupy = backend.get_cupy()
         with cupy.cuda.Device(self.device):
             finite = cupy.stack([cupy.isfinite(b.buf).all() for b in buckets])
-            self.comm._wait_nccl(cupy.cuda.get_current_stream().record(),
+            self.comm.wait_nccl(cupy.cuda.get_current_stream().record(),
                                  'the NCCL buckets',
-                                 self.comm._bucket_wire())
+                                 self.comm.bucket_wire())
             if not bool(finite.all()):
                 raise FloatingPointError(
                     '{}: the averaged gradients hold inf or NaN after the {} '
@@ -146,7 +147,7 @@ class HierarchicalBuckets(NcclBuckets):
     def __init__(self, comm, device):
         super().__init__(comm, device)
         self.leader = comm.intra_rank == 0 and comm.inter_size > 1
-        self.inter = comm._bucket_inter_wire()
+        self.inter = comm.bucket_inter_wire()
         cupy = backend.get_cupy()
         with cupy.cuda.Device(device):
             self.copy = cupy.cuda.Stream(non_blocking=True)
@@ -154,7 +155,7 @@ class HierarchicalBuckets(NcclBuckets):
 
     def _reduce(self, nccl, work):
         w = work.wire
-        self.comm._nccl_comm.reduce(
+        self.comm.nccl_comm.reduce(
             w.data.ptr, w.data.ptr, w.size, nccl_dtype(nccl, self.wire_dtype),
             nccl.NCCL_SUM, 0, self.stream.ptr)
 
@@ -175,8 +176,6 @@ class HierarchicalBuckets(NcclBuckets):
         """Move the leader's buckets through the host stages, in order:
         without ``until`` only as far as nothing has to be waited for;
         else waiting, until ``until`` is through."""
-        from minichain.dist.transports import mpi
-        from minichain.dist.hierarchical import narrow, widen
         block = until is not None
         while self.queue:
             bucket = self.queue[0]
@@ -186,7 +185,7 @@ class HierarchicalBuckets(NcclBuckets):
                     return
                 self.inter.wait_until(lambda: work.reduced.done,
                                       'the NCCL reduce',
-                                      on_stall=self.comm._abort_nccl)
+                                      on_stall=self.comm.abort_nccl)
                 self.copy.wait_event(work.reduced)
                 work.host = widen(work.wire.get(stream=self.copy))
                 work.requests = mpi.iallreduce_buffer(self.inter, work.host)
@@ -211,7 +210,7 @@ class HierarchicalBuckets(NcclBuckets):
             if work.back is not None:
                 self.stream.wait_event(work.back)
             w = work.wire
-            self.comm._nccl_comm.bcast(w.data.ptr, w.size, nccl_dtype(
+            self.comm.nccl_comm.bcast(w.data.ptr, w.size, nccl_dtype(
                 nccl, self.wire_dtype), 0, self.stream.ptr)
             self._unwire(bucket)
             work.done = self.stream.record()

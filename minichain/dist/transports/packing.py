@@ -8,11 +8,16 @@ are never written (the engine may share one between parameters, or hand out
 a read-only broadcast view).
 """
 import bisect
+import contextlib
 import weakref
 
 import numpy
 
 from minichain import backend
+
+# Ranges of packed host gradients up to this size are packed in one
+# concatenate (see Packer._pack_small).
+SMALL_BYTES = 1 << 20
 
 
 class BufferCache:
@@ -22,13 +27,19 @@ class BufferCache:
     def __init__(self):
         self._by_model = weakref.WeakKeyDictionary()
 
-    def get(self, model, tag, xp, dtype, n):
-        """A 1-d ``xp`` array of ``n`` ``dtype`` elements (stale contents)."""
+    def get(self, model, tag, like, dtype, n):
+        """A 1-d array of ``n`` ``dtype`` elements (stale contents) on the
+        device of the array ``like`` (None: on the host)."""
         slots = self._by_model.setdefault(model, {})
         buf = slots.get(tag)
-        if (buf is None or backend.get_array_module(buf) is not xp
+        device = -1 if like is None else backend.get_device_id(like)
+        if (buf is None or backend.get_device_id(buf) != device
                 or buf.dtype != dtype or buf.size != n):
-            buf = xp.empty(n, dtype=dtype)
+            if device < 0:
+                buf = numpy.empty(n, dtype=dtype)
+            else:
+                with backend.cuda_device(device):
+                    buf = backend.get_array_module(like).empty(n, dtype)
             slots[tag] = buf
         return buf
 
@@ -37,7 +48,7 @@ def grad_dtype(entries, override=None):
     """The buffer dtype: ``override``, else the widest parameter dtype."""
     if override is not None:
         return numpy.dtype(override)
-    return numpy.result_type(*[p.dtype for _, p, _ in entries])
+    return numpy.result_type(*[p.array.dtype for _, p, _ in entries])
 
 
 class Packer:
@@ -52,19 +63,26 @@ class Packer:
         self.entries = entries
         self.offsets = [0]
         for _, p, _ in entries:
-            self.offsets.append(self.offsets[-1] + p.size)
+            self.offsets.append(self.offsets[-1] + p.array.size)
         self.total = self.offsets[-1]
         self._flat = None
 
     def pack(self, buf, scale=None, lo=0, hi=None):
         """Write elements ``[lo, hi)`` of the gradients (times ``scale``)
-        into ``buf[lo:hi]``; a None gradient writes zeros."""
+        into ``buf[lo:hi]``; a None gradient writes zeros. A CuPy ``buf``
+        is written on its own device."""
+        with _device_of(buf):
+            self._pack(buf, scale, lo, hi)
+
+    def _pack(self, buf, scale, lo, hi):
         hi = self.total if hi is None else hi
         xp = backend.get_array_module(buf)
         if self._flat is None:  # a copy only for a non-contiguous gradient
             self._flat = [None if g is None else g.reshape(-1)
                           for _, _, g in self.entries]
         i = bisect.bisect_right(self.offsets, lo) - 1
+        if self._pack_small(buf, scale, lo, hi, i):
+            return
         while i < len(self.entries) and self.offsets[i] < hi:
             start = self.offsets[i]
             a, b = max(lo, start), min(hi, self.offsets[i + 1])
@@ -81,15 +99,53 @@ class Packer:
                     seg[...] = src * scale
             i += 1
 
+    def _pack_small(self, buf, scale, lo, hi, i):
+        """A host range of at most SMALL_BYTES: one concatenate of its
+        segments, then one multiply, instead of a multiply per segment
+        (the same products, so the same bits). Over many small gradients
+        the per-call cost of NumPy dominates (2 us a segment); in a large
+        range the second pass over the buffer would cost more than it
+        saves. False when it does not apply (CuPy, a None gradient, a
+        transfer dtype)."""
+        if ((hi - lo) * buf.itemsize > SMALL_BYTES
+                or backend.get_device_id(buf) >= 0):
+            return False
+        parts, k = [], i
+        while k < len(self.entries) and self.offsets[k] < hi:
+            src, start = self._flat[k], self.offsets[k]
+            if src is None or src.dtype != buf.dtype:
+                return False
+            parts.append(src[max(lo, start) - start:
+                             min(hi, self.offsets[k + 1]) - start])
+            k += 1
+        seg = buf[lo:hi]
+        numpy.concatenate(parts, out=seg)
+        if scale is not None:
+            numpy.multiply(seg, scale, out=seg)
+        return True
+
     def unpack(self, buf):
         """Set each ``param.grad`` from its segment of ``buf``: a view when
         dtype and device agree, else a converted copy."""
+        with _device_of(buf):
+            self._unpack(buf)
+
+    def _unpack(self, buf):
+        here = backend.get_device_id(buf)
         for (_, p, _), o in zip(self.entries, self.offsets):
-            seg = buf[o:o + p.size].reshape(p.shape)
-            if seg.dtype != p.dtype:
-                seg = seg.astype(p.dtype)
-            device = backend.get_device_id(p.array)
-            if device != backend.get_device_id(seg):
+            a = p.array  # its attributes directly: this runs every step
+            seg = buf[o:o + a.size].reshape(a.shape)
+            if seg.dtype != a.dtype:
+                seg = seg.astype(a.dtype)
+            device = backend.get_device_id(a)
+            if device != here:
                 seg = (backend.to_cpu(seg) if device < 0
                        else backend.to_gpu(seg, device))
             p.grad = seg
+
+
+def _device_of(buf):
+    """The CUDA device of a CuPy ``buf`` made current; nothing for NumPy."""
+    device = backend.get_device_id(buf)
+    return contextlib.nullcontext() if device < 0 else backend.cuda_device(
+        device)

@@ -166,7 +166,7 @@ def single():
     start = time.monotonic()
     comm.finalize()
     assert side.done, 'finalize returned with a stream still busy'
-    assert comm._nccl_comm is None
+    assert comm.nccl_comm is None
     comm.finalize()  # again: nothing to do
     print('GPU-OK', comm.rank, 'finalize waited {:.2f} s'.format(
         time.monotonic() - start), flush=True)
@@ -193,10 +193,10 @@ def exit_():
     comm = dist.create_communicator('pure_nccl')
     _gpu(comm)
     # registered before NCCL starts, so it runs after minichain's handler
-    atexit.register(lambda: print('EXIT-OK' if comm._nccl_comm is None
+    atexit.register(lambda: print('EXIT-OK' if comm.nccl_comm is None
                                   else 'EXIT-NCCL-LEFT', flush=True))
     r = comm.allreduce(cupy.ones(1 << 20, cupy.float32))
-    assert r.dtype == numpy.float32 and comm._nccl_comm is not None
+    assert r.dtype == numpy.float32 and comm.nccl_comm is not None
 
 
 def _overlap_run(name, dtype, x, t, **options):

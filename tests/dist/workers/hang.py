@@ -121,12 +121,12 @@ elif case == 'nccl':
             print('[rank {}] fake NCCL communicator aborted'.format(rank),
                   flush=True)
 
-    nccl_comm._nccl_comm = FakeNcclComm()
-    nccl_comm._in_flight = type('Never', (), {'done': False})()
+    nccl_comm.nccl_comm = FakeNcclComm()
+    nccl_comm.in_flight = type('Never', (), {'done': False})()
     if rank == 1:
         time.sleep(600)
-    with nccl_comm._wire.collective('multi_node_mean_grad'):
-        nccl_comm._wait_in_flight()
+    with nccl_comm.wire.collective('multi_node_mean_grad'):
+        nccl_comm.wait_in_flight()
 elif case == 'stopped' or case == 'sigterm':
     print('[rank {}] pid {}'.format(rank, os.getpid()), flush=True)
     if rank == 1:
