@@ -25,6 +25,7 @@ KNOWN_PRIVATE = {
     'minichain/dist/averaging/after_backward.py': {'_multi_node_mean_grad'},
     'minichain/dist/averaging/overlap.py': {'_bucket_transport',
         '_bucket_wire', '_layout_extra'},
+    'minichain/dist/averaging/sharded.py': {'_plan_grads'},
     'minichain/dist/batch_normalization.py': {'_channel_shape', '_dtype',
         '_header', '_initialize', '_wire'},
     'minichain/dist/communicator_base.py': {'_header'},
