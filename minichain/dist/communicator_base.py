@@ -259,10 +259,11 @@ class CommunicatorBase(CollectivesMixin):
         MPI = mpi.import_mpi()
         bounds = self.shard_bounds(host.size)
         lo, hi = bounds[self.rank], bounds[self.rank + 1]
-        mine = numpy.empty(hi - lo, host.dtype)
-        self._wire.Reduce_scatter(host, mine, list(numpy.diff(bounds)),
-                                  MPI.SUM)
-        host[lo:hi] = mine
+        # in place, MPI leaves the shard at the start of the buffer
+        self._wire.Reduce_scatter(MPI.IN_PLACE, host, list(numpy.diff(
+            bounds)), MPI.SUM)
+        if lo:
+            host[lo:hi] = host[:hi - lo].copy()
 
     def _allgather_host(self, host):
         """:meth:`allgather_shards` of a host array: MPI's ``Allgatherv``

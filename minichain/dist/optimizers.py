@@ -204,8 +204,9 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
             stage 1; :mod:`minichain.dist.averaging.sharded`): gradients
             reduce-scattered, each rank steps its contiguous 1/N of the
             packed parameters, parameters allgathered. The same training;
-            ``param.grad`` keeps this rank's own gradient; rules that are
-            not elementwise are refused. Not with ``overlap``,
+            ``param.grad`` is None after an update (released once packed:
+            no rank holds the whole mean); rules that are not elementwise
+            are refused; save inside ``gathered_state()``. Not with ``overlap``,
             ``double_buffering``, ``accumulate`` or ``join``; MPI
             communicators, ring and pure_nccl.
     Returns:

@@ -27,8 +27,9 @@ While the shard is stepped, the optimizer's target is a :class:`ShardTarget`
 of this rank's pieces, so the optimizer's hooks see them too: weight decay
 is elementwise, and ``GradientClipping`` sums its squared norm over the
 ranks (``ShardTarget.sum_over_shards``, one small allreduce).
-``param.grad`` keeps this rank's own gradient (no rank ever holds the whole
-mean). Snapshots: :meth:`Sharded.gathered_state` lets every rank's rules
+Memory: one packed buffer (gradients, then parameters), as the flat
+communicator's; the parameters' own gradients are released once packed
+(``param.grad`` is None after an update: no rank holds the whole mean). Snapshots: :meth:`Sharded.gathered_state` lets every rank's rules
 hold the whole state in the unsharded format, so a snapshot resumes on any
 number of ranks (and without sharding).
 """
@@ -116,9 +117,11 @@ class Sharded(Averaging):
         grads = [(n, p, p.grad if n in with_grad else None)
                  for n, p, _ in self.packer.entries]
         dtype = numpy.result_type(*[p.dtype for _, p, _ in grads])
-        buf = self.buffers.get(model, 'grad', self._xp(), dtype,
+        buf = self.buffers.get(model, 'packed', self._xp(), dtype,
                                self.packer.total)
         Packer(grads).pack(buf, 1.0 / self.comm.size)
+        for _, p, _ in grads:  # packed: no need to hold them twice
+            p.grad = None
         self.comm.reduce_scatter(buf)
         for piece in self.pieces:
             start = self.packer.offsets[self.index[piece.name]]
@@ -139,7 +142,9 @@ class Sharded(Averaging):
 
     def stepped(self, model):
         """Every rank's stepped shard to every rank (the parameters)."""
-        buf = self._packed_params(model, 'param',
+        # the gradients' buffer again: its shard was stepped, the rest is
+        # overwritten by the other ranks' shards
+        buf = self._packed_params(model, 'packed',
                                   lambda piece: piece.array)
         self.comm.allgather_shards(buf)
         for (_, p, _), o in zip(self.packer.entries, self.packer.offsets):
@@ -226,7 +231,7 @@ class Sharded(Averaging):
             steps.update(mine)
         whole = {}
         for key in self.optimizer.create_update_rule().state_names:
-            buf = self._packed_params(model, 'state', lambda piece: (
+            buf = self._packed_params(model, 'packed', lambda piece: (
                 piece.update_rule.state or {}).get(key, 0))
             self.comm.allgather_shards(buf)
             for (name, p, _), o in zip(self.packer.entries,
