@@ -46,3 +46,20 @@ def test_every_check_exists():
     import checks_shard
     for name in CHECKS:
         assert callable(getattr(checks_shard, name))
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize('communicator', ['flat', 'ring'])
+def test_the_watchdog_names_a_rank_missing_from_the_reduce_scatter(
+        communicator):
+    from tests.dist._launch import require_mpi, run_mpi
+    require_mpi()
+    res = run_mpi(3, 'shard_stall.py', communicator, timeout=150,
+                  env={'MINICHAIN_STALL_TIMEOUT': '4'})
+    assert not res.timed_out, res.output
+    assert res.returncode != 0, res.output
+    for words in ('watchdog', 'rank 1: no word from it', 'reduce_scatter #2',
+                  '{} communicator over 3 ranks'.format(communicator),
+                  'reduce-scatter 2 of rank 1: sleeping'):
+        assert words in res.output, (words, res.output)
+    assert 'all done' not in res.output, res.output
