@@ -172,3 +172,30 @@ def snapshot_resumes(comm):
         again.needs_broadcast = False
         _train(comm, make, 2, True, model=fresh, opt=again)
         _close(_params(model), _params(fresh), rtol=0)
+
+
+def snapshot_reshards(comm):
+    """Saved on N ranks, resumed on N - 1 (and on 1): each rank takes its
+    shard of the new layout, and training goes on as an unsharded
+    optimizer resumed from the same file does."""
+    make = OPTIMIZERS['Adam']
+    model, opt = _train(comm, make, 2, True)
+    with opt.gathered_state():
+        saved = DictionarySerializer()
+        opt.serialize(saved)
+        model.serialize(saved['model'])
+    sub = comm.split(int(comm.rank == comm.size - 1), comm.rank)
+    try:
+        results = []
+        for shard in (True, False):
+            fresh = M.seeded(M.MLP, 7)
+            again = dist.create_multi_node_optimizer(
+                make(), sub, shard_state=shard).setup(fresh)
+            NpzDeserializer(saved.target)['model'].load(fresh)
+            again.serialize(NpzDeserializer(saved.target))
+            again.needs_broadcast = False
+            _train(sub, make, 2, shard, model=fresh, opt=again)
+            results.append(_params(fresh))
+        _close(*results)
+    finally:
+        sub.finalize()
