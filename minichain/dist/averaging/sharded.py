@@ -55,8 +55,13 @@ class Piece:
         self.view()
 
     def view(self):
-        """(Re)take ``array`` as a view of the parameter's elements (a
-        parameter is contiguous), so that the rule writes into it."""
+        """(Re)take ``array`` as a view of the parameter's elements, so
+        that the rule writes into the parameter."""
+        if not self.param.array.flags.c_contiguous:  # reshape would copy
+            raise ValueError(
+                'shard_state: parameter {} of shape {} is not C-contiguous, '
+                'so a piece of it cannot be updated in place'.format(
+                    self.name, self.param.shape))
         self.array = self.param.array.reshape(-1)[self.a:self.b]
 
 
