@@ -206,9 +206,9 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
             packed parameters, parameters allgathered. The same training;
             ``param.grad`` is None after an update (released once packed:
             no rank holds the whole mean); rules that are not elementwise
-            are refused; save inside ``gathered_state()``. Not with ``overlap``,
-            ``double_buffering``, ``accumulate`` or ``join``; MPI
-            communicators, ring and pure_nccl.
+            are refused; save inside ``gathered_state()``. Not with
+            ``overlap``, ``double_buffering``, ``accumulate`` or ``join``;
+            MPI communicators, ring and pure_nccl.
     Returns:
         The wrapper; everything it does not define is the wrapped
         optimizer's (``opt.lr``, ``opt.t``, ``opt.serialize``...).
@@ -232,8 +232,8 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
             raise ValueError('create_multi_node_optimizer: shard_state cannot '
                              'be combined with {}'.format(', '.join(others)))
         if not hasattr(communicator, 'reduce_scatter'):
-            raise ValueError('create_multi_node_optimizer: the {} communicator '
-                             'cannot shard the optimizer state'
+            raise ValueError('create_multi_node_optimizer: the {} '
+                             'communicator cannot shard the optimizer state'
                              .format(communicator.name))
         averaging = Sharded(communicator, actual_optimizer, zero_fill)
         if nan_check:

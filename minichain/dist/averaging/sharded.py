@@ -29,7 +29,8 @@ is elementwise, and ``GradientClipping`` sums its squared norm over the
 ranks (``ShardTarget.sum_over_shards``, one small allreduce).
 Memory: one packed buffer (gradients, then parameters), as the flat
 communicator's; the parameters' own gradients are released once packed
-(``param.grad`` is None after an update: no rank holds the whole mean). Snapshots: :meth:`Sharded.gathered_state` lets every rank's rules
+(``param.grad`` is None after an update: no rank holds the whole mean).
+Snapshots: :meth:`Sharded.gathered_state` lets every rank's rules
 hold the whole state in the unsharded format, so a snapshot resumes on any
 number of ranks (and without sharding).
 """
@@ -163,7 +164,7 @@ class Sharded(Averaging):
         flag = numpy.array([int(finite)], numpy.int64)
         return bool(self.comm.allreduce(flag, 'min')[0])
 
-    # -- the pieces ------------------------------------------------------------
+    # -- the pieces -----------------------------------------------------------
     def _build(self, model):
         """Cut this rank's shard into pieces, once per parameter layout; a
         rule loaded into a parameter (a resumed snapshot) gives each piece
@@ -221,7 +222,7 @@ class Sharded(Averaging):
             buf[start + piece.a:start + piece.b] = values(piece)
         return buf
 
-    # -- snapshots ---------------------------------------------------------------
+    # -- snapshots ------------------------------------------------------------
     @contextlib.contextmanager
     def gathered_state(self, model):
         """Inside, every parameter's rule holds its whole state (``t`` and

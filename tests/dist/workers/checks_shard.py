@@ -127,6 +127,10 @@ def refusals(comm):
         _expect_error(ValueError, lambda: dist.create_multi_node_optimizer(
             optimizers.SGD(), comm, shard_state=True, **option),
             'shard_state cannot be combined with ' + text)
+    opt = dist.create_multi_node_optimizer(optimizers.SGD(), comm,
+                                           shard_state=True).setup(model)
+    _expect_error(TypeError, lambda: dist.join(opt).__enter__(),
+                  'without double buffering or shard_state')
 
 
 def nan_named_everywhere(comm):
