@@ -40,6 +40,7 @@ import numpy
 
 from minichain import backend
 from minichain.optimizer import Hyperparameter
+from minichain.serializers.base import Deserializer
 from minichain.dist.averaging.base import Averaging
 from minichain.dist.transports.packing import BufferCache, Packer
 
@@ -260,7 +261,6 @@ class Sharded(Averaging):
     gathered = False
 
     def serialize(self, optimizer, serializer):
-        from minichain.serializers.base import Deserializer
         loading = isinstance(serializer, Deserializer)
         if not loading and self.pieces and not self.gathered:
             raise RuntimeError(
