@@ -156,6 +156,12 @@ class UpdateRule:
     """
 
     state_names = ()
+    # Whether each element's step reads only that element (of the
+    # parameter, gradient and state) and the step count: such a rule can
+    # update a parameter in pieces, as a sharded optimizer state does
+    # (minichain.dist, shard_state=True). A rule that reads a whole
+    # parameter (its norm) leaves it False.
+    elementwise = False
 
     def __init__(self, parent_hyperparam=None, workspace=None):
         self.hyperparam = Hyperparameter(parent_hyperparam)

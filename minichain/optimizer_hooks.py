@@ -74,15 +74,20 @@ class GradientClipping:
 
     def __call__(self, optimizer):
         params = _params_with_grad(optimizer)
-        if not params:
-            return
-        xp = backend.get_array_module(params[0].grad)
+        xp = backend.get_array_module(params[0].grad) if params else numpy
         sqnorm = 0
         for param in params:
             g = param.grad.ravel()
             if g.dtype == numpy.float16:  # a half-precision sum overflows
                 g = g.astype(numpy.float32)
             sqnorm = sqnorm + xp.dot(g, g)
+        # A sharded multi-node optimizer steps one shard per rank (its
+        # target is then the shard's): the norm is summed over the ranks.
+        over_shards = getattr(optimizer.target, 'sum_over_shards', None)
+        if over_shards is not None:
+            sqnorm = xp.asarray(over_shards(sqnorm))
+        if not params:
+            return
         rate = xp.minimum(1.0, self.threshold / (xp.sqrt(sqnorm) + 1e-6))
         if xp is numpy and rate >= 1:
             return  # on the host the test is free: skip the copies

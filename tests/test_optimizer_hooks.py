@@ -53,6 +53,45 @@ def test_gradient_clipping_scales_by_global_norm():
     assert link.c.grad is None
 
 
+class _Shard:
+    """A target standing for one rank's shard (as a sharded multi-node
+    optimizer's): the other ranks' squared norm is added by
+    ``sum_over_shards``."""
+
+    def __init__(self, params, others):
+        self.own, self.others, self.calls = params, others, 0
+
+    def params(self, include_uninit=True):
+        return iter(self.own)
+
+    def sum_over_shards(self, value):
+        self.calls += 1
+        return float(value) + self.others
+
+
+def test_gradient_clipping_sums_the_norm_over_shards():
+    link = Holder(a=[0.0, 0.0])
+    opt = optimizers.SGD(lr=1.0).setup(link)
+    link.a.grad = numpy.array([3.0, 0.0])
+    opt.target = _Shard([link.a], others=16.0)   # global norm 5, not 3
+    optimizer_hooks.GradientClipping(2.5)(opt)
+    numpy.testing.assert_allclose(link.a.grad, [3 * 2.5 / (5 + 1e-6), 0],
+                                  rtol=1e-15)
+    # a rank whose shard holds no gradient still joins the sum
+    empty = _Shard([], others=25.0)
+    opt.target = empty
+    optimizer_hooks.GradientClipping(2.5)(opt)
+    assert empty.calls == 1
+
+
+def test_the_elementwise_rules_say_so():
+    from minichain.optimizer import UpdateRule
+    assert UpdateRule.elementwise is False
+    for opt in (optimizers.SGD(), optimizers.MomentumSGD(),
+                optimizers.Adam(), optimizers.RMSprop()):
+        assert opt.create_update_rule().elementwise is True
+
+
 def test_gradient_clipping_leaves_small_gradients_alone():
     link = Holder(a=numpy.array([0.3, 0.4], numpy.float32))
     opt = optimizers.SGD(lr=1.0).setup(link)

@@ -240,6 +240,58 @@ class CommunicatorBase(CollectivesMixin):
         return MpiBuckets(self.bucket_wire(), device,
                           self.allreduce_grad_dtype)
 
+    # -- the two halves of an allreduce, for a sharded optimizer state --------
+    def shard_bounds(self, n):
+        """Where each rank's shard of an ``n``-element packed buffer starts,
+        and the end: rank ``r`` owns ``bounds[r]:bounds[r + 1]`` (sizes
+        differ by at most one element; see
+        :mod:`minichain.dist.averaging.sharded`)."""
+        return [r * n // self.size for r in range(self.size + 1)]
+
+    def reduce_scatter(self, buf):
+        """Sum the 1-d NumPy or CuPy array ``buf`` over all ranks, but only
+        this rank's shard of it: afterwards ``buf[lo:hi]`` (``lo, hi`` this
+        rank's :meth:`shard_bounds`) holds the sum, the rest is undefined.
+        Collective; every rank passes the same length and dtype (the
+        sharded averaging checked the model layout just before)."""
+        with self.collective('reduce_scatter'):
+            host, on_gpu = mpi.to_host(buf)
+            self._reduce_scatter_host(host)
+            if on_gpu:  # only the shard comes back
+                lo, hi = self.shard_bounds(buf.size)[self.rank:self.rank + 2]
+                buf[lo:hi] = backend.to_gpu(host[lo:hi])
+
+    def allgather_shards(self, buf):
+        """The other half: each rank's shard of the 1-d array ``buf`` (its
+        :meth:`shard_bounds`) copied into every rank's ``buf``, in place.
+        Collective."""
+        with self.collective('allgather_shards'):
+            host, on_gpu = mpi.to_host(buf)
+            self._allgather_host(host)
+            if on_gpu:
+                buf[...] = backend.to_gpu(host)
+
+    def _reduce_scatter_host(self, host):
+        """:meth:`reduce_scatter` of a host array: MPI's ``Reduce_scatter``
+        (the ring communicator runs its own first phase instead). MPI
+        counts are C ints: a shard holds fewer than 2**31 elements."""
+        MPI = mpi.import_mpi()
+        bounds = self.shard_bounds(host.size)
+        lo, hi = bounds[self.rank], bounds[self.rank + 1]
+        # in place, MPI leaves the shard at the start of the buffer
+        self.wire.Reduce_scatter(MPI.IN_PLACE, host, list(numpy.diff(
+            bounds)), MPI.SUM)
+        if lo:
+            host[lo:hi] = host[:hi - lo].copy()
+
+    def _allgather_host(self, host):
+        """:meth:`allgather_shards` of a host array: MPI's ``Allgatherv``
+        in place, as bytes (the ring runs its second phase instead)."""
+        MPI = mpi.import_mpi()
+        bounds = numpy.array(self.shard_bounds(host.size)) * host.itemsize
+        self.wire.Allgatherv(MPI.IN_PLACE, [mpi.as_bytes(host), list(
+            numpy.diff(bounds)), list(bounds[:-1]), MPI.BYTE])
+
     # -- communicator management ----------------------------------------------
     def split(self, color, key):
         """A communicator of the same kind over the ranks with equal ``color``,

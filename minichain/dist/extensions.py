@@ -17,6 +17,7 @@ Typical use (``comm`` is a minichain.dist communicator)::
         snap.load(args.resume, trainer)   # on every rank, after extend
     trainer.run()
 """
+import contextlib
 import io
 import json
 import types
@@ -169,11 +170,12 @@ class MultiNodeSnapshot(extension.Extension):
                                               self.root)
         failed = None
         try:
-            if self.comm.rank == self.root:
-                try:
-                    self.snapshot(trainer)
-                except OSError as e:
-                    failed = str(e)
+            with _whole_optimizer_states(trainer):
+                if self.comm.rank == self.root:
+                    try:
+                        self.snapshot(trainer)
+                    except OSError as e:
+                        failed = str(e)
         finally:
             self._per_rank = None
         failed = self.comm.bcast_obj(failed, self.root)
@@ -293,6 +295,19 @@ class MultiNodeSnapshot(extension.Extension):
             for opt in trainer.updater.get_all_optimizers().values():
                 if getattr(opt, 'needs_broadcast', False):
                     opt.needs_broadcast = False
+
+
+@contextlib.contextmanager
+def _whole_optimizer_states(trainer):
+    """Every multi-node optimizer's state whole on every rank (a sharded
+    one, ``shard_state=True``, gathers its shards: collective), so that
+    ``root`` writes it as without sharding."""
+    with contextlib.ExitStack() as stack:
+        for opt in trainer.updater.get_all_optimizers().values():
+            gathered = getattr(opt, 'gathered_state', None)
+            if gathered is not None:
+                stack.enter_context(gathered())
+        yield
 
 
 def check_archive(data, path):

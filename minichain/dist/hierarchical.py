@@ -20,6 +20,9 @@ class HierarchicalCommunicator(PureNcclCommunicator):
     """
 
     name = 'hierarchical'
+    # Its NCCL communicator spans one node: a sharded optimizer state's
+    # reduce-scatter and allgather go through MPI (staged through the host).
+    nccl_spans_every_rank = False
 
     def __init__(self, mpi_comm=None, allreduce_grad_dtype=None):
         super().__init__(mpi_comm, allreduce_grad_dtype)

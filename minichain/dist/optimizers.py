@@ -11,6 +11,7 @@ from minichain.dist.averaging.double_buffered import DoubleBuffered
 from minichain.dist.averaging.finite import (  # noqa: F401 (public here too)
     CheckFinite, NonFiniteGradientError, all_finite)
 from minichain.dist.averaging.overlap import Overlapped
+from minichain.dist.averaging.sharded import Sharded
 from minichain.dist.trace import timeline
 
 
@@ -52,7 +53,7 @@ class MultiNodeOptimizer:
                 self.needs_broadcast = False
             elif self.averaging.average(target):
                 with timeline.span('update', sync=target.device_id >= 0):
-                    self.actual_optimizer.update(None, *args, **kwds)
+                    self.averaging.step(self.actual_optimizer, *args, **kwds)
                 self.averaging.stepped(target)
         finally:  # also after an error that a training loop may survive
             self.averaging.prepare()  # for the next backward pass
@@ -77,6 +78,19 @@ class MultiNodeOptimizer:
         self.communicator.bcast_data(self._target('broadcast_params'))
         self.needs_broadcast = False
         return self
+
+    def gathered_state(self):
+        """A context in which every parameter's update rule holds its whole
+        state, as without sharding (``shard_state=True`` gathers every
+        rank's shard: collective, on every rank; otherwise nothing to do).
+        ``multi_node_snapshot`` saves inside it."""
+        return self.averaging.gathered_state(self._target('gathered_state'))
+
+    def serialize(self, serializer):
+        """Save or load the wrapped optimizer (with ``shard_state``: saving
+        inside :meth:`gathered_state`; loading gives each rank its shard of
+        the whole state saved, on any number of ranks)."""
+        self.averaging.serialize(self.actual_optimizer, serializer)
 
     @property
     def reducer(self):
@@ -125,7 +139,7 @@ class MultiNodeOptimizer:
 def create_multi_node_optimizer(actual_optimizer, communicator,
                                 double_buffering=False, zero_fill=True,
                                 nan_check=True, overlap=None, bucket_mb=None,
-                                accumulate=1):
+                                accumulate=1, shard_state=False):
     """Wrap ``actual_optimizer`` for synchronous data-parallel training.
 
     The contract, on every rank:
@@ -186,6 +200,15 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
             batch) and steps; the others only accumulate gradients, without
             communicating. Batch-norm statistics are those of each
             micro-batch.
+        shard_state: keep 1/N of the optimizer state per rank (ZeRO
+            stage 1; :mod:`minichain.dist.averaging.sharded`): gradients
+            reduce-scattered, each rank steps its contiguous 1/N of the
+            packed parameters, parameters allgathered. The same training;
+            ``param.grad`` is None after an update (released once packed:
+            no rank holds the whole mean); rules that are not elementwise
+            are refused; save inside ``gathered_state()``. Not with
+            ``overlap``, ``double_buffering``, ``accumulate`` or ``join``;
+            MPI communicators, ring and pure_nccl.
     Returns:
         The wrapper; everything it does not define is the wrapped
         optimizer's (``opt.lr``, ``opt.t``, ``opt.serialize``...).
@@ -201,6 +224,22 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
     if not isinstance(accumulate, int) or accumulate < 1:
         raise ValueError('create_multi_node_optimizer: accumulate must be an '
                          'integer >= 1, got {!r}'.format(accumulate))
+    if shard_state:
+        others = [name for name, on in (('overlap', overlap),
+                  ('double_buffering', double_buffering),
+                  ('accumulate > 1', accumulate > 1)) if on]
+        if others:
+            raise ValueError('create_multi_node_optimizer: shard_state cannot '
+                             'be combined with {}'.format(', '.join(others)))
+        if not hasattr(communicator, 'reduce_scatter'):
+            raise ValueError('create_multi_node_optimizer: the {} '
+                             'communicator cannot shard the optimizer state'
+                             .format(communicator.name))
+        averaging = Sharded(communicator, actual_optimizer, zero_fill)
+        if nan_check:
+            averaging = CheckFinite(averaging, communicator,
+                                    lambda: actual_optimizer.t)
+        return MultiNodeOptimizer(actual_optimizer, communicator, averaging)
     if double_buffering:
         if overlap or accumulate > 1:
             raise ValueError('create_multi_node_optimizer: double_buffering '

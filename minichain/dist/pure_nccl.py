@@ -194,6 +194,72 @@ class PureNcclCommunicator(CommunicatorBase):
             self.in_flight = cupy.cuda.get_current_stream().record()
         return buf
 
+    # -- the two halves of the allreduce on the GPU (shard_state) -------------
+    def shard_bounds(self, n):
+        """NCCL's ``reduceScatter`` and ``allGather`` move equal counts per
+        rank: shards of ``ceil(n / N)`` elements, the last shorter (or
+        empty), instead of sizes within one element of each other."""
+        c = -(-n // self.size)
+        return [min(r * c, n) for r in range(self.size + 1)]
+
+    nccl_spans_every_rank = True  # (not the hierarchical one's)
+
+    def _on_nccl(self, buf):
+        return (self.nccl_spans_every_rank
+                and backend.get_array_module(buf) is not numpy
+                and buf.dtype in (numpy.float16, numpy.float32,
+                                  numpy.float64))
+
+    def reduce_scatter(self, buf):
+        """See the base class; a CuPy float ``buf`` is reduced on its GPU by
+        NCCL's ``reduceScatter`` on the current stream (from a copy padded
+        to ``N`` equal shards)."""
+        if not self._on_nccl(buf):
+            return super().reduce_scatter(buf)
+        with self.collective('reduce_scatter'):
+            cupy, nccl, stream = self._nccl_for(buf)
+            c = -(-buf.size // self.size)
+            lo, hi = self.shard_bounds(buf.size)[self.rank:self.rank + 2]
+            with cupy.cuda.Device(backend.get_device_id(buf)):
+                padded = cupy.zeros(c * self.size, buf.dtype)
+                padded[:buf.size] = buf
+                mine = cupy.empty(c, buf.dtype)
+                with timeline.span('reduce-scatter', buf.nbytes, sync=True):
+                    self.nccl_comm.reduceScatter(
+                        padded.data.ptr, mine.data.ptr, c,
+                        nccl_dtype(nccl, buf.dtype), nccl.NCCL_SUM,
+                        stream.ptr)
+                buf[lo:hi] = mine[:hi - lo]
+                self.in_flight = stream.record()
+
+    def allgather_shards(self, buf):
+        """See the base class; NCCL's ``allGather`` for a CuPy float
+        ``buf``."""
+        if not self._on_nccl(buf):
+            return super().allgather_shards(buf)
+        with self.collective('allgather_shards'):
+            cupy, nccl, stream = self._nccl_for(buf)
+            c = -(-buf.size // self.size)
+            lo, hi = self.shard_bounds(buf.size)[self.rank:self.rank + 2]
+            with cupy.cuda.Device(backend.get_device_id(buf)):
+                mine = cupy.zeros(c, buf.dtype)
+                mine[:hi - lo] = buf[lo:hi]
+                every = cupy.empty(c * self.size, buf.dtype)
+                with timeline.span('allgather', buf.nbytes, sync=True):
+                    self.nccl_comm.allGather(
+                        mine.data.ptr, every.data.ptr, c,
+                        nccl_dtype(nccl, buf.dtype), stream.ptr)
+                buf[...] = every[:buf.size]
+                self.in_flight = stream.record()
+
+    def _nccl_for(self, buf):
+        """``(cupy, nccl, current stream)``, NCCL set up on ``buf``'s GPU
+        and the previous NCCL work waited for (under the watchdog)."""
+        self.wait_in_flight()
+        self.init_nccl(backend.get_device_id(buf))
+        cupy = backend.get_cupy()
+        return cupy, nccl_module(), cupy.cuda.get_current_stream()
+
     def multi_node_mean_grad_async(self, model, zero_fill, stream, tag):
         """Enqueue the averaging of ``model``'s CuPy gradients on ``stream``
         and return without waiting (used by double buffering).

@@ -97,11 +97,23 @@ class RingCommunicator(FlatCommunicator):
             self._ring_sum(host)
             buf.set(host)
 
-    def _ring_sum(self, buf):
-        self._inbox = grown(self._inbox, buf.dtype, buf.size, self.size)
-        for requests in ring_steps(self.wire, buf, self._inbox):
+    # A sharded optimizer state uses the two phases apart, shifted so that
+    # rank r finishes chunk r (the owner layout of shard_bounds).
+    def _reduce_scatter_host(self, host):
+        self._inbox = grown(self._inbox, host.dtype, host.size, self.size)
+        self._walk(reduce_scatter_steps(self.wire, host, self._inbox, -1))
+
+    def _allgather_host(self, host):
+        self._walk(allgather_steps(self.wire, host, -1))
+
+    def _walk(self, steps):
+        for requests in steps:
             for request in requests:
                 self.wait_request(request)
+
+    def _ring_sum(self, buf):
+        self._inbox = grown(self._inbox, buf.dtype, buf.size, self.size)
+        self._walk(ring_steps(self.wire, buf, self._inbox))
 
     def bucket_transport(self, device):
         return RingBuckets(self.bucket_wire(), device,
@@ -117,26 +129,43 @@ def ring_steps(wire, buf, inbox):
     (reduce-scatter) and posts the next step. ``inbox`` holds at least the
     largest chunk: where the reduce-scatter receives.
     """
-    size, rank = wire.size, wire.rank
-    bounds = chunk_bounds(buf.size, size)
+    yield from reduce_scatter_steps(wire, buf, inbox)
+    # Now chunk rank + 1 holds the sum of every rank's terms.
+    yield from allgather_steps(wire, buf)
+
+
+def _chunks(wire, buf, shift):
+    """``chunk(c)``: chunk ``c + shift`` (modulo the ranks) of ``buf``."""
+    bounds = chunk_bounds(buf.size, wire.size)
 
     def chunk(c):
-        c %= size
+        c = (c + shift) % wire.size
         return buf[bounds[c]:bounds[c + 1]]
+    return chunk
 
-    # Phase 1, reduce-scatter (N - 1 steps): chunk r - s goes right,
-    # chunk r - s - 1 comes from the left and is added to ours.
-    for s in range(size - 1):
-        out, mine = chunk(rank - s), chunk(rank - s - 1)
+
+def reduce_scatter_steps(wire, buf, inbox, shift=0):
+    """Phase 1, reduce-scatter (``N - 1`` steps, as :func:`ring_steps`):
+    chunk ``r - s`` goes right, chunk ``r - s - 1`` comes from the left and
+    is added to ours. Rank ``r`` ends with the sum of chunk ``r + 1 +
+    shift`` (``shift=-1``: of its own chunk ``r``, the owner layout of a
+    sharded optimizer state)."""
+    chunk = _chunks(wire, buf, shift)
+    for s in range(wire.size - 1):
+        out, mine = chunk(wire.rank - s), chunk(wire.rank - s - 1)
         theirs = inbox[:mine.size]
         with timeline.span('reduce-scatter', out.nbytes):
             yield exchange(wire, out, theirs)
             numpy.add(mine, theirs, out=mine)
-    # Now chunk rank + 1 holds the sum of every rank's terms.
-    # Phase 2, allgather (N - 1 steps): finished chunk r + 1 - s goes
-    # right, finished chunk r - s comes from the left, into place.
-    for s in range(size - 1):
-        out, into = chunk(rank + 1 - s), chunk(rank - s)
+
+
+def allgather_steps(wire, buf, shift=0):
+    """Phase 2, allgather (``N - 1`` steps): finished chunk ``r + 1 - s``
+    goes right, finished chunk ``r - s`` comes from the left, into place
+    (chunk numbers plus ``shift``, as in :func:`reduce_scatter_steps`)."""
+    chunk = _chunks(wire, buf, shift)
+    for s in range(wire.size - 1):
+        out, into = chunk(wire.rank + 1 - s), chunk(wire.rank - s)
         with timeline.span('allgather', out.nbytes):
             yield exchange(wire, out, into)
 

@@ -16,6 +16,8 @@ class AdamRule(optimizer.UpdateRule):
     """One Adam step on one parameter; state ``m`` and ``v`` (first and
     second moments)."""
 
+    elementwise = True
+
     state_names = ('m', 'v')
 
     @property

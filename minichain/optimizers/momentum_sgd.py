@@ -7,6 +7,8 @@ __all__ = ['MomentumSGD']
 class MomentumSGDRule(optimizer.UpdateRule):
     """One momentum step on one parameter; state ``v`` (the velocity)."""
 
+    elementwise = True
+
     state_names = ('v',)
 
     def update_core(self, param):

@@ -7,6 +7,8 @@ __all__ = ['RMSprop']
 class RMSpropRule(optimizer.UpdateRule):
     """One RMSprop step on one parameter; state ``ms`` (mean square)."""
 
+    elementwise = True
+
     state_names = ('ms',)
 
     def update_core(self, param):

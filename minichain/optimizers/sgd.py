@@ -7,6 +7,8 @@ __all__ = ['SGD']
 class SGDRule(optimizer.UpdateRule):
     """One SGD step on one parameter: ``param -= lr * grad``."""
 
+    elementwise = True
+
     def update_core(self, param):
         grad = param.grad
         xp = backend.get_array_module(grad)

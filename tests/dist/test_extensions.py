@@ -54,7 +54,7 @@ def _evaluator_worker():
                                                    len(shard[0])), flush=True)
 
 
-def _snapshot_trainer(comm, out, savefun=None):
+def _snapshot_trainer(comm, out, savefun=None, shard_state=False):
     import minichain
     from minichain import dist, initializers, optimizers, training
     from minichain import functions as F
@@ -81,7 +81,8 @@ def _snapshot_trainer(comm, out, savefun=None):
     initializers.set_random_seed(0)
     model = L.Classifier(Net())
     opt = dist.create_multi_node_optimizer(
-        optimizers.MomentumSGD(lr=0.1), comm).setup(model)
+        optimizers.MomentumSGD(lr=0.1), comm,
+        shard_state=shard_state).setup(model)
     it = SerialIterator(TupleDataset(*shard), 2, seed=0)
     trainer = training.Trainer(training.StandardUpdater(it, opt),
                                (6, 'iteration'), out=out)
@@ -105,8 +106,10 @@ def _full_disk(path, obj):
 def _snapshot_worker(mode, out):
     from minichain import dist, serializers
     comm = dist.create_communicator('flat')
+    shard = mode.endswith('-shard')  # shard_state=True
+    mode = mode.replace('-shard', '')
     trainer, snap, model = _snapshot_trainer(
-        comm, out, _full_disk if mode == 'full' else None)
+        comm, out, _full_disk if mode == 'full' else None, shard)
     if mode == 'full':
         try:
             trainer.run()
@@ -175,6 +178,19 @@ def test_multi_node_snapshot_resumes_and_refuses_other_sizes(tmp_path):
         assert out.count('refused') == n, out
         assert 'written by a run with 2 processes, but this run has {}' \
             .format(n) in out, out
+
+
+@pytest.mark.mpi
+def test_multi_node_snapshot_of_a_sharded_state(tmp_path):
+    # written whole (the velocity of every parameter, full shape), and
+    # resumed bit-exactly: each rank takes its shard back
+    rc, out = _run(2, 'save-shard', tmp_path)
+    assert rc == 0, out
+    with numpy.load(tmp_path / 'snap_3') as npz:
+        v = npz['updater/optimizer:main/predictor/l1/W/v']
+        assert v.shape == (6, 4) and (v != 0).all(), v
+    rc, out = _run(2, 'resume-shard', tmp_path)
+    assert rc == 0 and out.count('resumed equal') == 2, out
 
 
 @pytest.mark.mpi

@@ -75,7 +75,7 @@ def test_an_option_the_reference_cannot_follow_is_refused():
     with pytest.raises(ValueError, match=r"multi_node_options \['overlapp'\] "
                        r"\(known: \['accumulate', 'bucket_mb', "
                        r"'double_buffering', 'nan_check', 'overlap', "
-                       r"'zero_fill'\]\)"):
+                       r"'shard_state', 'zero_fill'\]\)"):
         equivalence.assert_data_parallel_equivalent(
             None, None, None, None, multi_node_options={'overlapp': True})
 

@@ -9,6 +9,9 @@ Start with ``optimizers.py`` (after backward, average, then step), then
   backward runs.
 * :mod:`~minichain.dist.averaging.double_buffered` -- each step's gradients
   averaged during the next step (GPU, NCCL).
+* :mod:`~minichain.dist.averaging.sharded` -- ``shard_state``: the
+  gradients reduce-scattered, each rank steps its 1/N of the parameters
+  with 1/N of the optimizer state, the parameters allgathered.
 
 Wrappers around any of them:
 

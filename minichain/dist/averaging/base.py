@@ -25,10 +25,16 @@ The calls the optimizer makes, on every rank in the same order::
     setup(model)                   # at optimizer.setup(model)
     prepare()                      # before each backward pass (then again
     average(model) -> step?        #   after each update): the pass's
-    stepped(model) if step         #   gradients averaged; the step
+    step(optimizer) if step        #   gradients averaged; the step, and
+    stepped(model)                 #   what follows it
     discard()                      # instead of average: the first update
                                    #   after setup broadcasts, no step
+
+:class:`~minichain.dist.averaging.sharded.Sharded` (``shard_state``) is the
+fourth implementation: it steps only this rank's shard of the parameters
+(``step``), then gathers them (``stepped``).
 """
+import contextlib
 
 
 class Averaging:
@@ -76,9 +82,34 @@ class Averaging:
         """
         raise NotImplementedError(type(self).__name__ + '.average')
 
+    def step(self, optimizer, *args, **kwds):
+        """Step ``optimizer`` (the wrapped one) on the averaged gradients:
+        every parameter here; a sharded state steps only its shard."""
+        optimizer.update(None, *args, **kwds)
+
     def stepped(self, model):
         """Called after the optimizer stepped on the averaged gradients
-        (where a sharded optimizer state would gather the parameters)."""
+        (where a sharded optimizer state gathers the parameters)."""
+
+    def averaged_grads(self, model):
+        """The averaged gradients this rank holds (checked by the NaN
+        check): all of them here."""
+        return [p.grad for p in model.params() if p.grad is not None]
+
+    def agree_finite(self, finite):
+        """Whether the averaged gradients are finite on every rank, given
+        ``finite`` for :meth:`averaged_grads` (each rank holds the whole
+        mean here: no message)."""
+        return finite
+
+    def gathered_state(self, model):
+        """A context in which the optimizer's state is whole on every rank
+        (a sharded one gathers it; collective)."""
+        return contextlib.nullcontext()
+
+    def serialize(self, optimizer, serializer):
+        """Save or load ``optimizer`` (the wrapped one)."""
+        optimizer.serialize(serializer)
 
     def discard(self):
         """The gradients of the backward pass just run are not averaged
@@ -107,8 +138,23 @@ class Wrapper(Averaging):
     def average(self, model, has_data=None):
         return self.inner.average(model, has_data)
 
+    def step(self, optimizer, *args, **kwds):
+        self.inner.step(optimizer, *args, **kwds)
+
     def stepped(self, model):
         self.inner.stepped(model)
+
+    def averaged_grads(self, model):
+        return self.inner.averaged_grads(model)
+
+    def agree_finite(self, finite):
+        return self.inner.agree_finite(finite)
+
+    def gathered_state(self, model):
+        return self.inner.gathered_state(model)
+
+    def serialize(self, optimizer, serializer):
+        self.inner.serialize(optimizer, serializer)
 
     def discard(self):
         self.inner.discard()

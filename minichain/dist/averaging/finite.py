@@ -3,7 +3,9 @@
 No message is added to the averaging: a non-finite value on any rank is
 non-finite in the sum on every rank, so each rank checks its own averaged
 gradient, and only on that error path do the ranks compare (who had the
-non-finite value).
+non-finite value). A sharded state (``shard_state``) is the exception: each
+rank holds the sum of its shard only, so the ranks agree on the verdict
+(``Averaging.agree_finite``, one small allreduce).
 """
 import math
 
@@ -91,8 +93,8 @@ class CheckFinite(Wrapper):
         return n
 
     def _check(self, model, local):
-        grads = [p.grad for p in model.params() if p.grad is not None]
-        if all_finite(grads):
+        if self.inner.agree_finite(all_finite(
+                self.inner.averaged_grads(model))):
             return
         mine = [n for n, g in local if g is not None and not all_finite([g])]
         raise NonFiniteGradientError(self.step_count() + 1,

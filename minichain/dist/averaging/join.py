@@ -63,9 +63,9 @@ def join(optimizer):
     averaging = getattr(optimizer, 'averaging', None)
     if not isinstance(averaging, Averaging) or not averaging.can_join:
         raise TypeError('join: expected a multi-node optimizer without double '
-                        'buffering, got {}{}'.format(
+                        'buffering or shard_state, got {}{}'.format(
                             type(optimizer).__name__, '' if averaging is None
-                            else ' with double buffering'))
+                            else ' with double buffering or shard_state'))
     if optimizer.needs_broadcast:  # every rank is here: broadcast now
         optimizer.update()
     joined = optimizer.averaging = Join(averaging)

@@ -139,7 +139,8 @@ class Wire:
     """MPI calls that cannot hang unnoticed, over a duplicate of ``mpi_comm``.
 
     The upper-case methods mirror mpi4py's blocking ones (``Allreduce``,
-    ``Bcast``, ``Allgather``, ``Allgatherv``, ``Send``, ``Recv``), and
+    ``Bcast``, ``Allgather``, ``Allgatherv``, ``Reduce_scatter``, ``Send``,
+    ``Recv``), and
     ``Iallreduce``, ``Isend`` and ``Irecv`` post one to finish later
     (``test``, ``wait``);
     ``allgather_obj`` gathers small picklable objects. ``collective(kind)``
@@ -237,6 +238,12 @@ class Wire:
         if not self.polling:
             return self.comm.Allgatherv(sendbuf, recvbuf)
         self._wait(self.comm.Iallgatherv(sendbuf, recvbuf))
+
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts, op):
+        if not self.polling:
+            return self.comm.Reduce_scatter(sendbuf, recvbuf, recvcounts, op)
+        self._wait(self.comm.Ireduce_scatter(sendbuf, recvbuf, recvcounts,
+                                             op))
 
     def Send(self, buf, dest, tag=0):
         if not self.polling:

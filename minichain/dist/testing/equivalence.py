@@ -30,7 +30,8 @@ _MAX_LINES = 20
 # missing here is refused rather than compared against a reference that
 # ignores it.
 _LAG_OF_OPTION = {'zero_fill': 0, 'nan_check': 0, 'double_buffering': 1,
-                  'overlap': 0, 'bucket_mb': 0, 'accumulate': 0}
+                  'overlap': 0, 'bucket_mb': 0, 'accumulate': 0,
+                  'shard_state': 0}
 
 
 class NotEnoughRanksError(ValueError):
@@ -161,7 +162,9 @@ def assert_data_parallel_equivalent(make_model, x, t, comm, lossfun=None,
         multi_node_options: keyword arguments of
             ``create_multi_node_optimizer`` (``double_buffering``,
             ``zero_fill``, ``nan_check``, ``overlap``, ``bucket_mb``,
-            ``accumulate``); one the reference cannot follow is refused.
+            ``accumulate``, ``shard_state``: the parameters are then
+            compared after every step instead of the gradients, which no
+            rank holds whole); one the reference cannot follow is refused.
     Raises:
         NotEnoughRanksError: ``comm`` has a single rank (a ValueError).
         ValueError: bad ``local_sizes`` or an unknown option.
@@ -215,7 +218,14 @@ def assert_data_parallel_equivalent(make_model, x, t, comm, lossfun=None,
             for i in mine:  # weighted so that the mean over all is right
                 dp_opt.update(lambda: lossfun(dp, x[i], t[i]) * (
                     size * micro * len(i) / n))
-            if stepped:
+            if stepped and options.get('shard_state'):
+                # no rank holds the whole averaged gradient: compare what
+                # the step made of it, after every step
+                _compare_group([('step {}, parameter {}'.format(
+                    call, name), pd.array, pr.array) for (name, pr), (_, pd)
+                    in zip(ref.namedparams(), dp.namedparams())],
+                    rank, rtol, atol, failures)
+            elif stepped:
                 _compare_gradients(ref, dp, call - lag, rank, rtol, atol,
                                    failures)
         _compare_state(ref, dp, steps, rank, rtol, atol, check_persistents,

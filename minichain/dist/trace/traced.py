@@ -47,6 +47,14 @@ class Traced:
         with timeline.span('allreduce', buf.nbytes):
             super().allreduce_packed(buf)
 
+    def reduce_scatter(self, buf):
+        with timeline.span('reduce-scatter', buf.nbytes):
+            super().reduce_scatter(buf)
+
+    def allgather_shards(self, buf):
+        with timeline.span('allgather', buf.nbytes):
+            super().allgather_shards(buf)
+
     def bcast_packed(self, buf):
         with timeline.span('bcast', buf.nbytes):
             super().bcast_packed(buf)

@@ -17,7 +17,8 @@ MODEL_CHECKS = ('closed_form', 'bcast_data', 'zero_fill', 'missing_grad_error',
                 'layout_change', 'mismatch_error', 'uninitialized_bcast',
                 'optimizer_wrapper', 'equivalence_mlp', 'equivalence_convnet',
                 'equivalence_resnet_mnbn', 'negative_control_per_rank_bn',
-                'unequal_batches_mnbn', 'equivalence_options')
+                'unequal_batches_mnbn', 'equivalence_options',
+                'equivalence_shard_state')
 GENERIC_CHECKS = ('ranks_and_factory', 'array_collectives',
                   'object_collectives', 'send_recv', 'split', 'chunked',
                   'scatter_dataset', 'scatter_index', 'evaluate_weighted',

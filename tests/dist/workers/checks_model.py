@@ -231,3 +231,14 @@ def equivalence_options(comm):
         _expect_error(ValueError, lambda: assert_data_parallel_equivalent(
             lambda: M.seeded(M.ConvNet, 0), x, t, comm,
             multi_node_options={'double_buffering': True}), 'pure_nccl')
+
+
+def equivalence_shard_state(comm):
+    """shard_state=True (tests/dist/test_shard.py has the rest), unequal
+    batches of a model with batch normalization across ranks."""
+    x, t = _data(n=13)
+    sizes = [1, 5, 2, 4][:comm.size]
+    sizes[-1] += 13 - sum(sizes)
+    _equivalent(comm, lambda: _mnbn_resnet(comm), x, t, comm, steps=2,
+                local_sizes=sizes, make_optimizer=lambda: optimizers.Adam(
+                    alpha=0.01), multi_node_options={'shard_state': True})
