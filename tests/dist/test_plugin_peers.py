@@ -134,7 +134,9 @@ def _start(folder, files, args, peer_dir, mpiexec_n=None, env=None):
     folder.mkdir()
     for name, text in files.items():
         (folder / name).write_text(textwrap.dedent(text))
+    # --color=no: Open MPI's mpirun gives its ranks a terminal-like output.
     cmd = [sys.executable, '-m', 'pytest', '-p', 'no:cacheprovider', '-rA',
+           '--color=no',
            '--junitxml', str(folder / 'report.xml')] + args
     if mpiexec_n:
         cmd = launcher.mpiexec_command(mpiexec_n) + cmd
@@ -147,6 +149,12 @@ def _start(folder, files, args, peer_dir, mpiexec_n=None, env=None):
     # pytest-isolate-mpi looks for mpirun on PATH: this venv's MPICH.
     full_env['PATH'] = os.pathsep.join(
         [os.path.dirname(sys.executable), os.environ.get('PATH', '')])
+    # Where that is Open MPI's mpirun (make test-openmpi's venv has none
+    # of its own), what our launcher passes as options, pytest-isolate-mpi
+    # cannot: CI runs as root on 2 cores.
+    full_env.setdefault('OMPI_ALLOW_RUN_AS_ROOT', '1')
+    full_env.setdefault('OMPI_ALLOW_RUN_AS_ROOT_CONFIRM', '1')
+    full_env.setdefault('OMPI_MCA_rmaps_base_oversubscribe', '1')
     full_env.update(env or {})
     return (subprocess.Popen(cmd, cwd=folder, env=full_env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT),
