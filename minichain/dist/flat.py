@@ -33,15 +33,20 @@ class FlatCommunicator(CommunicatorBase):
 
     def allreduce_packed(self, buf):
         """Sum ``buf`` over the ranks, in place."""
-        MPI = mpi.import_mpi()
         if backend.get_array_module(buf) is numpy:
-            self.wire.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-        else:  # CuPy: through a host copy (MPI reads host memory)
-            host = self.buffers.get(self, 'host', None, buf.dtype, buf.size)
-            with backend.cuda_device(backend.get_device_id(buf)):
-                buf.get(out=host)
-                self.wire.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM)
-                buf.set(host)
+            return self.sum_on_host(buf)
+        # CuPy: through a host copy (MPI reads host memory)
+        host = self.buffers.get(self, 'host', None, buf.dtype, buf.size)
+        with backend.cuda_device(backend.get_device_id(buf)):
+            buf.get(out=host)
+            self.sum_on_host(host)
+            buf.set(host)
+
+    def sum_on_host(self, buf):
+        """Sum the host array ``buf`` over the ranks, in place: MPI's own
+        Allreduce (the ring communicator sums around its ring instead)."""
+        MPI = mpi.import_mpi()
+        self.wire.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
 
     def pieces(self, buf):
         """The ``(lo, hi)`` element ranges ``buf`` is packed and summed in:

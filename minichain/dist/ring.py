@@ -46,7 +46,7 @@ the flat communicator.
 Everything else (parameter broadcast, the headers and agreement checks,
 the model checks, join, the NaN check, staging CuPy gradients through the
 host, the pipeline chunks) is the flat communicator's: only
-``allreduce_packed`` differs, and with ``overlap`` the buckets go round
+``sum_on_host`` differs, and with ``overlap`` the buckets go round
 the ring too (:class:`RingBuckets`). The two phases are written once, in
 :func:`ring_steps`, a generator that yields after posting each step: the
 blocking sum waits for each step at once, an overlapped bucket whenever
@@ -58,7 +58,6 @@ named by the stall watchdog, and each step is a ``reduce-scatter`` or
 """
 import numpy
 
-from minichain import backend
 from minichain.dist.trace import timeline
 from minichain.dist.transports import mpi
 from minichain.dist.transports.mpi_buckets import MpiBuckets
@@ -85,17 +84,12 @@ class RingCommunicator(FlatCommunicator):
         super().__init__(mpi_comm, allreduce_grad_dtype)
         self._inbox = numpy.empty(0)  # where reduce-scatter receives
 
-    def allreduce_packed(self, buf):
-        """Sum ``buf`` over the ranks in place, around the ring: each step
-        waits for its messages before the next one begins. CuPy buffers go
-        round as a host copy, as flat's do through MPI's Allreduce."""
-        if backend.get_array_module(buf) is numpy:
-            return self._ring_sum(buf)
-        host = self.buffers.get(self, 'host', None, buf.dtype, buf.size)
-        with backend.cuda_device(backend.get_device_id(buf)):
-            buf.get(out=host)
-            self._ring_sum(host)
-            buf.set(host)
+    def sum_on_host(self, buf):
+        """Sum the host array ``buf`` over the ranks in place, around the
+        ring: each step waits for its messages before the next one begins
+        (flat's allreduce_packed stages CuPy buffers through the host)."""
+        self._inbox = grown(self._inbox, buf.dtype, buf.size, self.size)
+        self._walk(ring_steps(self.wire, buf, self._inbox))
 
     # A sharded optimizer state uses the two phases apart, shifted so that
     # rank r finishes chunk r (the owner layout of shard_bounds).
@@ -110,10 +104,6 @@ class RingCommunicator(FlatCommunicator):
         for requests in steps:
             for request in requests:
                 self.wait_request(request)
-
-    def _ring_sum(self, buf):
-        self._inbox = grown(self._inbox, buf.dtype, buf.size, self.size)
-        self._walk(ring_steps(self.wire, buf, self._inbox))
 
     def bucket_transport(self, device):
         return RingBuckets(self.bucket_wire(), device,

@@ -38,7 +38,6 @@ import contextlib
 
 import numpy
 
-from minichain import backend
 from minichain.optimizer import Hyperparameter
 from minichain.serializers.base import Deserializer
 from minichain.dist.averaging.base import Averaging
@@ -127,7 +126,7 @@ class Sharded(Averaging):
         grads = [(n, p, p.grad if n in with_grad else None)
                  for n, p, _ in self.packer.entries]
         dtype = numpy.result_type(*[p.dtype for _, p, _ in grads])
-        buf = self.buffers.get(model, 'packed', self._xp(), dtype,
+        buf = self.buffers.get(model, 'packed', self._like(), dtype,
                                self.packer.total)
         Packer(grads).pack(buf, 1.0 / self.comm.size)
         for _, p, _ in grads:  # packed: no need to hold them twice
@@ -211,15 +210,17 @@ class Sharded(Averaging):
         for _, p, _ in self.packer.entries:
             p.update_rule.state = None
 
-    def _xp(self):
-        return backend.get_array_module(self.packer.entries[0][1].array)
+    def _like(self):
+        # The buffers live where the parameters do (BufferCache takes an
+        # array of that device, not an array module).
+        return self.packer.entries[0][1].array
 
     def _packed_params(self, model, tag, values):
         """A packed buffer holding ``values(piece)`` at each piece of this
         rank's shard (the rest undefined), in the parameters' dtype."""
         dtype = numpy.result_type(*[p.dtype for _, p, _ in
                                     self.packer.entries])
-        buf = self.buffers.get(model, tag, self._xp(), dtype,
+        buf = self.buffers.get(model, tag, self._like(), dtype,
                                self.packer.total)
         for piece in self.pieces:
             start = self.packer.offsets[self.index[piece.name]]
