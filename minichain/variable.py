@@ -81,7 +81,7 @@ class Variable:
             self._grad_var = None
             return
         self._check_grad(g, 'Variable.grad setter')
-        self._grad_var = Variable(g, requires_grad=False)
+        self._grad_var = _wrap_grad(g)
 
     @property
     def grad_var(self):
@@ -95,8 +95,14 @@ class Variable:
         self._grad_var = g
 
     def _check_grad(self, g, where):
-        if self._data is not None:
-            _check_grad_type(where, 'variable ' + self._label(), self, g)
+        data = self._data
+        # The common case in two comparisons: this runs for every
+        # parameter at every step (the gradient averaging sets them all).
+        if data is None or (type(g) is type(data) is numpy.ndarray
+                            and g.dtype == data.dtype
+                            and g.shape == data.shape):
+            return
+        _check_grad_type(where, 'variable ' + self._label(), self, g)
 
     # -- its place in the graph (kept on the node, see VariableNode) ---------
     @property
@@ -365,6 +371,17 @@ def _call_backward(func, targets, grad_outputs):
             '{}.backward returned {} gradients for {} requested inputs'
             .format(func.label, len(result), len(targets)))
     return tuple(None if g is None else as_variable(g) for g in result)
+
+
+def _wrap_grad(g):
+    """A gradient array as a Variable without a graph: what
+    ``Variable(g, requires_grad=False)`` makes, without re-checking ``g``
+    (the setter checked it)."""
+    v = Variable.__new__(Variable)
+    v._data = g
+    v._node = VariableNode(v, False, None)
+    v._grad_var = None
+    return v
 
 
 def _check_grad_type(where, what, x, g):

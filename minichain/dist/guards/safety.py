@@ -225,14 +225,14 @@ def plan_grads(wire, named_params, zero_fill, extra=(), step=None,
             ranks only (on every rank, naming the parameters and ranks).
     """
     named_params = list(named_params)
-    entries = [(n, p) for n, p in named_params if p.array is not None]
-    missing = numpy.array([p.grad is None for _, p in entries], dtype=bool)
+    entries = [(n, p, p.grad) for n, p in named_params if p.array is not None]
     flags = () if active is None else (int(not active), int(bool(active)))
     # A tuple, so that the header hashes a step's layout once (see
     # agreement.layout_hash).
     layout = tuple(param_layout(named_params)) + tuple(extra)
     n_missing, *joined = agree(wire, layout, 'multi_node_mean_grad',
-                               int(missing.sum()), step, flags)
+                               sum(g is None for _, _, g in entries), step,
+                               flags)
     MPI = mpi.import_mpi()
     n_active = wire.size
     if joined and joined[0]:  # some rank ran out of data: count the others
@@ -242,17 +242,18 @@ def plan_grads(wire, named_params, zero_fill, extra=(), step=None,
         wire.Allreduce(MPI.IN_PLACE, count, op=MPI.SUM)
         n_active, zero_fill = int(count[0]), True
     if not n_missing:
-        return [(n, p, p.grad) for n, p in entries], n_active
+        return entries, n_active
+    missing = numpy.array([g is None for _, _, g in entries], dtype=bool)
     v = numpy.concatenate([missing, ~missing]).astype(numpy.int64)
     wire.Allreduce(MPI.IN_PLACE, v, op=MPI.MIN)
     everywhere = v[:len(entries)] > 0
     nowhere = v[len(entries):] > 0
     partial = ~everywhere & ~nowhere
     if partial.any() and not zero_fill:
-        raise partial_grads_error(wire, [n for n, _ in entries], missing,
-                                  partial)
-    return [(n, p, p.grad) for (n, p), e in zip(entries, everywhere)
-            if not e], n_active
+        raise partial_grads_error(wire, [n for n, _, _ in entries],
+                                  missing, partial)
+    return [entry for entry, e in zip(entries, everywhere) if not e], \
+        n_active
 
 
 def partial_grads_error(wire, names, missing, partial):

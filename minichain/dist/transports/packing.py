@@ -137,10 +137,11 @@ class Packer:
             seg = buf[o:o + a.size].reshape(a.shape)
             if seg.dtype != a.dtype:
                 seg = seg.astype(a.dtype)
-            device = backend.get_device_id(a)
-            if device != here:
-                seg = (backend.to_cpu(seg) if device < 0
-                       else backend.to_gpu(seg, device))
+            if here >= 0 or type(a) is not numpy.ndarray:
+                device = backend.get_device_id(a)
+                if device != here:
+                    seg = (backend.to_cpu(seg) if device < 0
+                           else backend.to_gpu(seg, device))
             p.grad = seg
 
 
