@@ -8,7 +8,11 @@ tensors) against a raw ``MPI.Allreduce(IN_PLACE)`` of one buffer of the
 same bytes in the same run (``raw``), and against raw Allreduces of the
 same buffer in the flat communicator's pipeline chunks (``raw4M``: large
 single messages are slow in MPICH's shared-memory path, which is why flat
-chunks). It prints median times, the ratios ours/raw and ours/raw4M, and
+chunks), and against raw Allreduces in the same chunks of the
+gradients' own arrays (``ratioG``: one allocation per parameter, as
+backward makes them, where a single large allocation such as ``raw``'s
+gets transparent huge pages: what an averaging that copied nothing would
+cost). It prints median times, the ratios ours/raw and ours/raw4M, and
 the bus bandwidth ``bytes * 2 (P - 1) / P / time`` (the nccl-tests
 convention). Times are the slowest rank's; the timed calls take turns
 so that load from other processes hits them alike, and the ratios are
@@ -121,10 +125,11 @@ def main():
     if world.rank == 0:
         print('ranks: {}; gradients float32 in {} parameters; times: median '
               'of the slowest rank'.format(p, args.params))
-        print('{:>9} {:>10} {:>9} {:>9} {:>9} {:>6} {:>16} {:>7} {:>7}'
+        print('{:>9} {:>10} {:>9} {:>9} {:>9} {:>6} {:>16} {:>7} {:>7} {:>7}'
               .format('bytes', 'comm', 'ours ms', 'raw ms', 'raw4M ms',
-                      'ratio', 'ratio4M (10-90%)', 'ours', 'raw'))
-        print('{:>94}'.format('(bus GB/s)'))
+                      'ratio', 'ratio4M (10-90%)', 'ratioG', 'ours',
+                      'raw'))
+        print('{:>102}'.format('(bus GB/s)'))
     for nbytes in sizes:
         reps = max(7, min(100, int(4e8 // nbytes)))
         raw = numpy.ones(nbytes // 4, dtype=numpy.float32)
@@ -133,8 +138,17 @@ def main():
         def raw_chunked():
             for lo in range(0, raw.size, step):
                 world.mpi_comm.Allreduce(MPI.IN_PLACE, raw[lo:lo + step])
+        # The same bytes in the gradients' own arrays (one allocation per
+        # parameter, as backward makes them): what an averaging that
+        # copied nothing would pay at least.
+        grads = [q.array for q in GradModel(nbytes, args.params).params()]
+
+        def raw_in_grads():
+            for g in grads:
+                for lo in range(0, g.size, step):
+                    world.mpi_comm.Allreduce(MPI.IN_PLACE, g[lo:lo + step])
         fns = [lambda: world.mpi_comm.Allreduce(MPI.IN_PLACE, raw),
-               raw_chunked]
+               raw_chunked, raw_in_grads]
         fns += [_mean_grad_step(c, nbytes, args.params)
                 for c in comms.values()]
         times = _timed(world, fns, reps)
@@ -142,13 +156,14 @@ def main():
             continue
         t = numpy.median(times, axis=1)
         bus = nbytes * 2 * (p - 1) / p / 1e9
-        for k, name in enumerate(comms, start=2):
+        for k, name in enumerate(comms, start=3):
             ratio4m = _ratio(times[k], times[1])
             print('{:>9} {:>10} {:>9.3f} {:>9.3f} {:>9.3f} {:>6.2f} {:>5.2f} '
-                  '({:.2f}-{:.2f}) {:>7.2f} {:>7.2f}'.format(
+                  '({:.2f}-{:.2f}) {:>7.2f} {:>7.2f} {:>7.2f}'.format(
                       _human(nbytes), name, t[k] * 1e3, t[0] * 1e3,
                       t[1] * 1e3, _ratio(times[k], times[0])[0], *ratio4m,
-                      bus / t[k], bus / t[0]), flush=True)
+                      _ratio(times[k], times[2])[0], bus / t[k],
+                      bus / t[0]), flush=True)
     if p > 1 and 'ring' in comms:
         ring_table(world, comms['ring'], sizes)
 

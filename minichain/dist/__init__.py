@@ -148,13 +148,15 @@ def default_layers():
     """The layers :func:`create_communicator` puts in front of a
     communicator's protocol, outermost first: the timeline
     (:class:`~minichain.dist.trace.traced.Traced`), the guards
-    (:class:`~minichain.dist.guards.guarded.Guarded`) and the pipeline of
-    packed host buffers (:class:`~minichain.dist.transports.pipeline.
-    Pipelined`)."""
+    (:class:`~minichain.dist.guards.guarded.Guarded`), the sum in memory
+    that the ranks of one machine share (:class:`~minichain.dist.
+    transports.shared_memory.SharedMemory`) and the pipeline of packed host
+    buffers (:class:`~minichain.dist.transports.pipeline.Pipelined`)."""
     from minichain.dist.guards.guarded import Guarded
     from minichain.dist.trace.traced import Traced
     from minichain.dist.transports.pipeline import Pipelined
-    return (Traced, Guarded, Pipelined)
+    from minichain.dist.transports.shared_memory import SharedMemory
+    return (Traced, Guarded, SharedMemory, Pipelined)
 
 
 def create_communicator(communicator_name='auto', mpi_comm=None,

@@ -22,14 +22,21 @@ class FlatCommunicator(CommunicatorBase):
     def mean_grads(self, model, entries):
         """Pack (scaled by 1/size), sum over the ranks, unpack."""
         packer = self.Packer(entries)
-        buf = self.buffers.get(
-            model, 'packed', entries[0][1].array,
+        buf = self.packed_buffer(
+            model, entries[0][1].array,
             packing.grad_dtype(entries, self.allreduce_grad_dtype),
             packer.total)
         for lo, hi in self.pieces(buf):  # one piece; see Pipelined
             packer.pack(buf, 1.0 / self.size, lo, hi)
             self.allreduce_packed(buf[lo:hi])
         packer.unpack(buf)
+
+    def packed_buffer(self, model, like, dtype, n):
+        """``model``'s packed buffer: ``n`` elements of ``dtype`` on the
+        device of the array ``like``, reused at every step (stale contents).
+        On one machine the shared-memory layer puts it where every rank can
+        read it (:mod:`~minichain.dist.transports.shared_memory`)."""
+        return self.buffers.get(model, 'packed', like, dtype, n)
 
     def allreduce_packed(self, buf):
         """Sum ``buf`` over the ranks, in place."""

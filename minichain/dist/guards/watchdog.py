@@ -245,6 +245,11 @@ class Wire:
         self._wait(self.comm.Ireduce_scatter(sendbuf, recvbuf, recvcounts,
                                              op))
 
+    def Barrier(self):
+        if not self.polling:
+            return self.comm.Barrier()
+        self._wait(self.comm.Ibarrier())
+
     def Send(self, buf, dest, tag=0):
         if not self.polling:
             return self.comm.Send(buf, dest=dest, tag=tag)
