@@ -208,17 +208,23 @@ class TimeBudget(extension.Extension):
     def serialize(self, serializer):
         """Save or load the stage, the length (-1: not planned yet), the
         measurement (seconds summed over the iterations measured so far),
-        the start-up seconds and the first plan."""
-        self.stage = int(serializer('stage', self.stage))
+        the start-up seconds and the first plan.
+
+        A snapshot of the version before the re-plan (no ``stage``) loads
+        as that version ran it: a length once planned is fixed."""
+        try:
+            stage = int(serializer('stage', self.stage))
+        except KeyError:  # the earlier snapshot: no stage, no first plan
+            stage = None
         total = serializer('total', -1 if self.length.total is None else
                            self.length.total)
         self.length.total = None if int(total) < 0 else int(total)
-        self.measured = int(serializer('measured', self.measured))
-        self.iteration_seconds = float(serializer('iteration_seconds',
-                                                  self.iteration_seconds))
-        self.forward_seconds = float(serializer('forward_seconds',
-                                                self.forward_seconds))
-        self.startup = float(serializer('startup', self.startup))
+        if stage is None:
+            self.stage = MEASURING if self.length.total is None else FIXED
+            self._serialize_measurement(serializer)
+            return
+        self.stage = stage
+        self._serialize_measurement(serializer)
         first = serializer('first_total', -1 if self.first_total is None
                            else self.first_total)
         self.first_total = None if int(first) < 0 else int(first)
@@ -226,6 +232,14 @@ class TimeBudget(extension.Extension):
         at = serializer('replan_at', -1 if self.replan_at is None else
                         self.replan_at)
         self.replan_at = None if int(at) < 0 else int(at)
+
+    def _serialize_measurement(self, serializer):
+        self.measured = int(serializer('measured', self.measured))
+        self.iteration_seconds = float(serializer('iteration_seconds',
+                                                  self.iteration_seconds))
+        self.forward_seconds = float(serializer('forward_seconds',
+                                                self.forward_seconds))
+        self.startup = float(serializer('startup', self.startup))
 
     def initialize(self, trainer):
         """Give the schedule a length restored from a snapshot; while a

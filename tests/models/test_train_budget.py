@@ -266,6 +266,20 @@ def test_a_resumed_run_keeps_the_length_and_does_not_measure():
         '57 iterations, re-planned at iteration 79 (first 306 from 16.0')
 
 
+@pytest.mark.parametrize('total', [286, -1])
+def test_a_snapshot_from_before_the_re_plan_loads_as_it_ran(total):
+    # what the version without the re-plan saved: no stage, no first plan
+    saved = {'total': numpy.array(total), 'measured': numpy.array(45),
+             'iteration_seconds': numpy.array(90.0),
+             'forward_seconds': numpy.array(9.0),
+             'startup': numpy.array(12.0)}
+    resumed = _budget(_Clock())
+    resumed.serialize(NpzDeserializer(saved))
+    assert resumed.fixed == (total >= 0) and resumed.measured == 45
+    assert resumed.length.total == (None if total < 0 else total)
+    assert resumed.first_total is None and resumed.replan_at is None
+
+
 def test_a_run_resumed_before_its_re_plan_keeps_the_first_plan_and_measures():
     clock, trainer = _Clock(), _trainer()
     budget = _budget(clock)
