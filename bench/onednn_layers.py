@@ -3,8 +3,9 @@
 For each ResNet-50 layer kind at batch 32 (small2 and ImageNet maps):
 a convolution's forward + backward data + backward weights, and batch
 normalization's forward (ReLU fused) + backward, timed as oneDNN kernel
-(``minichain/kernels/onednn``) and as the op's body (``node.forward``,
-the NumPy path) in alternation, the median of ``--reps`` turns each;
+(``minichain/kernels/onednn``) and as the op's body (``node.forward``)
+in alternation (batch normalization also as the NumPy kernel, what runs
+where oneDNN does not), the median of ``--reps`` turns each;
 the ratio is body time / oneDNN time (above 1: oneDNN faster). A
 convolution is also timed with its oneDNN plan forced to plain NCHW and
 forced to the blocked layout, which is how the 1x1 rule in
@@ -33,7 +34,8 @@ CONVS = [(32, 64, 14, 64, 3, 1, 1), (32, 128, 7, 128, 3, 1, 1),
          (32, 512, 4, 128, 1, 1, 0), (32, 1024, 4, 2048, 1, 2, 0),
          (32, 2048, 2, 512, 1, 1, 0), (32, 1, 28, 64, 3, 2, 1),
          (8, 3, 224, 64, 7, 2, 3), (8, 64, 56, 64, 3, 1, 1)]
-BNS = [(32, 64, 14), (32, 256, 7), (32, 1024, 2), (8, 64, 112)]
+BNS = [(32, 64, 14), (32, 256, 14), (32, 128, 7), (32, 512, 7), (32, 256, 4),
+       (32, 1024, 4), (32, 512, 2), (32, 2048, 2), (8, 64, 112), (8, 256, 56)]
 
 
 def _median_ms(fn, reps):
@@ -57,6 +59,8 @@ def _conv_step(kernels, x, W, gy, s, p):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--reps', type=int, default=7)
+    parser.add_argument('--bn-only', action='store_true',
+                        help='batch normalization only')
     args = parser.parse_args()
     from minichain.kernels import onednn
     if not onednn.available():
@@ -78,7 +82,7 @@ def main():
         'convolution n,c,h,o,k,s,p', 'body', 'oneDNN', 'plain', 'blocked',
         'ratio'))
     rule = K._PLAIN_1X1_PIXELS
-    for n, c, h, o, k, s, p in CONVS:
+    for n, c, h, o, k, s, p in ([] if args.bn_only else CONVS):
         x = rng.standard_normal((n, c, h, h), dtype=numpy.float32)
         W = rng.standard_normal((o, c, k, k), dtype=numpy.float32)
         oh = (h + 2 * p - k) // s + 1
@@ -101,8 +105,10 @@ def main():
             t['oneDNN'], *('{:.2f}'.format(t[m]) if m in t else '-'
                            for m in ('plain', 'blocked')),
             t['body'] / t['oneDNN']))
-    print('{:<28} {:>8} {:>8} {:>25}'.format(
-        'batch norm + relu n,c,h', 'body', 'oneDNN', 'ratio'))
+    print('{:<28} {:>8} {:>8} {:>8} {:>16}'.format(
+        'batch norm + relu n,c,h', 'body', 'NumPy', 'oneDNN',
+        'NumPy / oneDNN'))
+    from minichain.kernels.numpy import normalization as numpy_bn
     bn, bn_grad = onednn.normalization.batch_normalization, \
         onednn.normalization.batch_normalization_grad
     for n, c, h in BNS:
@@ -121,8 +127,12 @@ def main():
         step(bn, bn_grad)
         t_one = _median_ms(lambda: step(bn, bn_grad), args.reps)
         t_body = _median_ms(lambda: step(body, body), args.reps)
-        print('{:<28} {:>8.2f} {:>8.2f} {:>24.2f}x'.format(
-            ','.join(map(str, (n, c, h))), t_body, t_one, t_body / t_one))
+        t_numpy = _median_ms(lambda: step(
+            numpy_bn.batch_normalization,
+            numpy_bn.batch_normalization_grad), args.reps)
+        print('{:<28} {:>8.2f} {:>8.2f} {:>8.2f} {:>15.2f}x'.format(
+            ','.join(map(str, (n, c, h))), t_body, t_numpy, t_one,
+            t_numpy / t_one))
 
 
 if __name__ == '__main__':

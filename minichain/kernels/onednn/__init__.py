@@ -86,9 +86,12 @@ def _gated(kernel):
 # - max and average pooling forward + backward, 3x3/2 pad 1 at 8x64x112
 #   (ResNet-50's stem pooling at 224): 5.1x and 4.7x.
 # Written, tested and not registered:
-# - batch normalization: on NCHW 1.8-16x slower than the body
-#   (bench/README.md, "oneDNN kernels"); it pays in oneDNN's blocked
-#   layout, which would have to be kept between ops;
+# - batch normalization, run in oneDNN's blocked layout with the arrays
+#   reordered in and out at each call (on NCHW oneDNN has only slow code,
+#   1.8-16x the body's time): 0.23-0.82x the NumPy kernel's speed at 8 of
+#   10 ResNet-50 shapes, 1.8-2.1x at 32x1024x4x4 and 32x2048x2x2 only,
+#   and registered for those it changed the main job's step by 0.98x
+#   (0.86-1.27): it pays with the blocked layout kept between ops;
 # - global average pooling: 0.07-0.08x (NumPy's mean over contiguous
 #   maps is one pass; oneDNN's whole-map window is not);
 # - linear and its backward (MatMul): 0.63x at 32x2048->10 (make train's

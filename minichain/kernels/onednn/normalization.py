@@ -1,16 +1,23 @@
 """oneDNN kernels of training-mode batch normalization
 (``BatchNormalization`` and ``BatchNormalizationGrad`` in
-functions/normalization.py), on NCHW (or (N, C)) C-ordered float32.
+functions/normalization.py), on NCHW C-ordered float32 with a channel
+count that is a multiple of 8, run in oneDNN's blocked layout with the
+arrays reordered in and out at each call. Written, tested, and not
+registered: the reorders cost more than oneDNN saves except on small maps
+with many channels (bench/README.md, "oneDNN kernels"); it would pay with
+the blocked layout kept between the ops.
 
 The forward fuses what ends a ResNet block where oneDNN can:
 ``relu=True`` is its ``fuse_norm_relu`` flag, ``residual`` with ``relu``
-its ``fuse_norm_add_relu`` (the residual as a second source); a residual
-without relu is added by NumPy after. Like the body, the kernel leaves
+its ``fuse_norm_add_relu`` (the residual as a second source; oneDNN 3.2's
+CPU code has none, so this is refused and the residual and relu are
+applied by NumPy after, as is a residual without relu). Like the body, the kernel leaves
 on the node the per-channel ``mean`` and ``inv_std`` that the backward
 reads, and updates the running statistics in place.
 
-Declined: other dtypes, reduced axes other than all but the channel
-axis, arrays not C-ordered.
+Declined: other dtypes, other ranks than 4, a channel count that is not
+a multiple of 8, reduced axes other than all but the channel axis,
+arrays not C-ordered.
 """
 import numpy
 
@@ -21,13 +28,21 @@ _SCALE_SHIFT = L.USE_SCALE | L.USE_SHIFT
 
 
 def _usable(lay, x, *others):
-    return (x.ndim in (2, 4) and lay.axes == (0,) + tuple(range(2, x.ndim))
+    return (x.ndim == 4 and x.shape[1] % 8 == 0 and lay.axes == (0, 2, 3)
             and all(a.dtype == numpy.float32 and a.flags.c_contiguous
                     for a in (x,) + others))
 
 
+def _blocked(shape):
+    """The md oneDNN's fast batch normalization runs on: channels in
+    blocks of 16 (or 8), innermost. On plain NCHW it has only a slow
+    generic implementation (1.8-16x the body's time, bench/README.md), so
+    each call reorders its NCHW arrays in and out (the plan's reorders)."""
+    return L.tagged(shape, L.NCHW16C if shape[1] % 16 == 0 else L.NCHW8C)
+
+
 def _forward_pd(shape, eps, flags):
-    md = L.plain(shape)
+    md = _blocked(shape)
     return L.PrimitiveDesc(
         'dnnl_batch_normalization_forward_primitive_desc_create',
         lambda pd: L.lib.dnnl_batch_normalization_forward_primitive_desc_create(
@@ -104,7 +119,10 @@ def _forward_plan(shape, eps, flags):
         args.append(L.ARG_SRC_1)
     if flags & (L.FUSE_NORM_RELU | L.FUSE_NORM_ADD_RELU):
         args.append(L.ARG_WORKSPACE)
-    return Plan(L.Primitive(pd, tuple(args)), {}, {L.ARG_DST: shape})
+    inputs = {L.ARG_SRC: L.plain(shape)}
+    if flags & L.FUSE_NORM_ADD_RELU:
+        inputs[L.ARG_SRC_1] = L.plain(shape)
+    return Plan(L.Primitive(pd, tuple(args)), inputs, {L.ARG_DST: shape})
 
 
 def batch_normalization_grad(node, inputs):
@@ -128,7 +146,7 @@ def batch_normalization_grad(node, inputs):
 
 def _backward_plan(shape, eps):
     hint = _forward_pd(shape, eps, _SCALE_SHIFT)
-    md = L.plain(shape)
+    md = _blocked(shape)
     create = L.lib.dnnl_batch_normalization_backward_primitive_desc_create
     pd = L.PrimitiveDesc(
         'dnnl_batch_normalization_backward_primitive_desc_create',
@@ -137,6 +155,7 @@ def _backward_plan(shape, eps):
     args = (L.ARG_SRC, L.ARG_MEAN, L.ARG_VARIANCE, L.ARG_DIFF_DST,
             L.ARG_SCALE, L.ARG_DIFF_SRC, L.ARG_DIFF_SCALE, L.ARG_DIFF_SHIFT)
     c = shape[1]
-    return Plan(L.Primitive(pd, args), {},
+    return Plan(L.Primitive(pd, args),
+                {L.ARG_SRC: L.plain(shape), L.ARG_DIFF_DST: L.plain(shape)},
                 {L.ARG_DIFF_SRC: shape, L.ARG_DIFF_SCALE: (c,),
                  L.ARG_DIFF_SHIFT: (c,)})
