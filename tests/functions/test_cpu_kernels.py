@@ -33,12 +33,6 @@ def _backward(y):
     y.backward()
 
 
-def _relu_both_ways():
-    x = Variable(_f32(4, 5))
-    _backward(F.relu(x))
-    return x.grad
-
-
 def _momentum_step():
     model = L.Linear(3, 2, initialW=_f32(2, 3))  # not the shared stream
     opt = optimizers.MomentumSGD(lr=0.1).setup(model)
@@ -49,8 +43,6 @@ def _momentum_step():
 
 # (what runs, the kernels it must call, their module)
 FAST = [
-    ('add', lambda: F.add(_f32(3, 4), _f32(3, 4)), ['add'], _cpu_kernels),
-    ('relu', _relu_both_ways, ['relu', 'relu_grad'], _cpu_kernels),
     ('matmul', lambda: F.matmul(_f32(3, 4), _f32(4, 2)), ['matmul'],
      _cpu_kernels),
     ('linear', lambda: F.linear(_f32(3, 4), _f32(2, 4)), ['matmul'],
@@ -76,26 +68,22 @@ def test_float32_on_the_cpu_takes_the_kernel(case, monkeypatch):
     assert set(calls) == set(kernels)
 
 
-@pytest.mark.parametrize('op', [F.sub, F.mul, F.div])
-def test_sub_mul_div_and_broadcasting_stay_plain_numpy(op, monkeypatch):
-    calls = []
-    for name in ('add', 'relu', 'relu_grad', 'matmul'):
-        _spy(monkeypatch, _cpu_kernels, name, calls)
+@pytest.mark.parametrize('op', [F.add, F.sub, F.mul, F.div])
+def test_elementwise_arithmetic_has_no_kernel(op):
+    # Add's kernel was retired (issue 27, item 5: 1.00x of a step)
+    from minichain import kernels
+    from minichain.functions import basic_math
+    kind = {F.add: basic_math.Add, F.sub: basic_math.Sub,
+            F.mul: basic_math.Mul, F.div: basic_math.Div}[op]
+    assert kernels.registered(kind, 'numpy') is None
     a, b = _f32(3, 4), _f32(3, 4) + 3
     numpy.testing.assert_array_equal(op(a, b).array,
-                                     {F.sub: a - b, F.mul: a * b,
-                                      F.div: a / b}[op])
-    numpy.testing.assert_array_equal(F.add(a, b[:1]).array, a + b[:1])
-    assert calls == []
+                                     {F.add: a + b, F.sub: a - b,
+                                      F.mul: a * b, F.div: a / b}[op])
 
 
 def test_kernels_match_plain_numpy():
     a, b = _f32(5, 3), _f32(5, 3)
-    numpy.testing.assert_array_equal(_cpu_kernels.add(a, b), a + b)
-    numpy.testing.assert_array_equal(_cpu_kernels.relu(a),
-                                     numpy.maximum(a, 0))
-    numpy.testing.assert_array_equal(_cpu_kernels.relu_grad(a, b),
-                                     b * (a > 0))
     numpy.testing.assert_allclose(_cpu_kernels.matmul(a, b.T), a @ b.T,
                                   rtol=1e-6)
     p, v, g = a.copy(), b.copy(), _f32(5, 3)

@@ -9,5 +9,4 @@ directly (``_blas.py``). The underscored modules are those tools; the ops
 never import them (``tests/kernels`` walks the imports to be sure).
 """
 from minichain.kernels.numpy import (  # noqa: F401  (they register)
-    activation, basic_math, convolution, linear, momentum_sgd,
-    normalization, pooling)
+    basic_math, convolution, linear, momentum_sgd, normalization, pooling)

@@ -1,25 +1,20 @@
-"""CPU kernels: the fast NumPy versions of a few ops, on minichain's threads.
+"""CPU kernels: the products and the optimizer's update, on minichain's
+threads.
 
-An op states its mathematics in its own body (``Add.forward`` returns
-``a + b``) and calls a kernel here when its arrays fit one (:func:`fits`),
-as Chainer's ops keep a ``forward_cpu`` beside the ``forward_gpu`` that
-``_cuda_kernels.py`` serves. A kernel computes the same values as the
-plain NumPy expression: it only cuts the arrays into row blocks and runs
-the blocks on several threads (``_parallel.py``; how many: the BLAS's
-count, see :mod:`minichain.host`), with no temporaries beyond the output.
+A kernel computes the same values as the plain NumPy expression of its
+op's body: it only cuts the arrays into row blocks and runs the blocks on
+several threads (``_parallel.py``; how many: the BLAS's count, see
+:mod:`minichain.host`), with no temporaries beyond the output. The
+products (``MatMul``, ``linear``) come here so that the BLAS runs on one
+thread while minichain's threads share the product out; MomentumSGD's
+update, so that its passes over all parameters run on every core.
 
-Why these ops and not Sub, Mul or Div: NumPy runs a ufunc on one core, so
-the elementwise passes over a ResNet-50 step's activations (about a sixth
-of a step) stay serial unless split. The passes over whole activations are
-the residual additions (and the gradient sums, ``x.grad + gx``), ReLU and
-its gradient, batch normalization (``_normalization_kernels.py``) and the
-optimizer's update; ``bench/op_profile.py`` lists the time per op. Sub,
-Mul and Div meet small arrays there (per-channel statistics, the loss),
-where handing blocks to threads costs more than it saves, so they stay one
-NumPy call each; one of them would get a kernel here the same way when a
-model spends its time in it. The products (``MatMul``, ``linear``) come
-here too, so that the BLAS runs on one thread while minichain's threads
-share the product out.
+Elementwise kernels for Add, ReLU and ReLU's gradient (the same row
+blocks on threads) were retired: at the main job's shape the step without
+Add's measured 1.00x on the NumPy path (twice) and 1.01x with oneDNN,
+without ReLU's gradient's 1.01-1.08x and 1.03x, and ResNet-50 has no ReLU
+outside batch normalization, against the 5% of a step a kernel must give
+(issue 27; bench/README.md, "What each NumPy kernel gives").
 """
 import numpy
 
@@ -34,35 +29,6 @@ def fits(*arrays):
     a = arrays[0]
     return all(isinstance(b, numpy.ndarray) and b.shape == a.shape
                and b.dtype == a.dtype for b in arrays)
-
-
-@host.cpu_kernel
-def add(a, b):
-    """``a + b`` (one shape and dtype) into a fresh array."""
-    return _parallel.elementwise(lambda o, u, v: numpy.add(u, v, out=o),
-                                 _layout.empty_like_dense(a, b), a, b)
-
-
-@host.cpu_kernel
-def relu(x):
-    """``max(x, 0)`` into a fresh array."""
-    zero = x.dtype.type(0)
-    return _parallel.elementwise(lambda o, a: numpy.maximum(a, zero, out=o),
-                                 _layout.empty_like_dense(x), x)
-
-
-def _relu_grad_block(out, y, gy):
-    # The mask lands in out as 0/1 and is scaled in place: no bool temporary
-    # and no mixed-type multiply.
-    numpy.greater(y, 0, out=out)
-    numpy.multiply(out, gy, out=out)
-
-
-@host.cpu_kernel
-def relu_grad(y, gy):
-    """``gy * (y > 0)`` into a fresh array."""
-    return _parallel.elementwise(_relu_grad_block,
-                                 _layout.empty_like_dense(y, gy), y, gy)
 
 
 @host.cpu_kernel
