@@ -18,7 +18,7 @@ def test_prints_a_row_per_kernel_the_step_meets():
     rows = dict(re.findall(r'^(\S.*?)\s+[\d.]+ s\s+([\d.]+)x', out.stdout,
                            re.M))
     assert rows['all kernels'] == '1.00', out.stdout
-    for name in ('Convolution2D', 'BatchNormalization', 'MomentumSGDRule'):
+    for name in ('Convolution2D', 'BatchNormalization', 'MatMul'):
         assert 'without ' + name in rows, out.stdout
     assert 'without MaxPooling2D' not in rows  # small2 has no max pooling
     assert 'bodies only' in rows, out.stdout

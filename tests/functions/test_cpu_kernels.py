@@ -6,8 +6,7 @@ import numpy
 import pytest
 
 import minichain.functions as F
-from minichain import Variable, host, optimizers, using_config
-from minichain import links as L
+from minichain import Variable, host, using_config
 from minichain.kernels.numpy import (_cpu_kernels, _im2col,
                                      _normalization_kernels,
                                      _parallel)
@@ -33,21 +32,12 @@ def _backward(y):
     y.backward()
 
 
-def _momentum_step():
-    model = L.Linear(3, 2, initialW=_f32(2, 3))  # not the shared stream
-    opt = optimizers.MomentumSGD(lr=0.1).setup(model)
-    model.cleargrads()
-    _backward(model(_f32(4, 3)))
-    opt.update()
-
-
 # (what runs, the kernels it must call, their module)
 FAST = [
     ('matmul', lambda: F.matmul(_f32(3, 4), _f32(4, 2)), ['matmul'],
      _cpu_kernels),
     ('linear', lambda: F.linear(_f32(3, 4), _f32(2, 4)), ['matmul'],
      _cpu_kernels),
-    ('momentum_sgd', _momentum_step, ['momentum_sgd'], _cpu_kernels),
     ('convolution', lambda: _backward(F.convolution_2d(
         Variable(_f32(2, 3, 5, 5)), Variable(_f32(4, 3, 3, 3)), pad=1)),
      ['conv_forward', 'deconv_forward', 'conv_grad_w'], _im2col),
@@ -86,20 +76,12 @@ def test_kernels_match_plain_numpy():
     a, b = _f32(5, 3), _f32(5, 3)
     numpy.testing.assert_allclose(_cpu_kernels.matmul(a, b.T), a @ b.T,
                                   rtol=1e-6)
-    p, v, g = a.copy(), b.copy(), _f32(5, 3)
-    want_v = numpy.float32(0.9) * v - numpy.float32(0.1) * g
-    _cpu_kernels.momentum_sgd(p, v, g, numpy.empty_like(g), 0.1, 0.9)
-    numpy.testing.assert_allclose(v, want_v, rtol=1e-6)
-    numpy.testing.assert_allclose(p, a + want_v, rtol=1e-6)
-    assert _cpu_kernels.fits(a, b) and not _cpu_kernels.fits(a, b[:1])
-    assert not _cpu_kernels.fits(a, b.astype(numpy.float64))
 
 
 def test_a_training_step_splits_work_only_inside_kernel_scopes(monkeypatch):
     """Every share-out of work on the caller's thread (elementwise passes,
     products, image chunks) happens with the BLAS on one thread and the
-    BLAS's own count as the kernel's thread count, the optimizer's update
-    (outside any op) too."""
+    BLAS's own count as the kernel's thread count."""
     before = host.get_blas_threads()
     if before is None:
         pytest.skip('no BLAS found: the thread count is not settable')
@@ -126,10 +108,6 @@ def test_a_training_step_splits_work_only_inside_kernel_scopes(monkeypatch):
         _backward(F.linear(h, Variable(_f32(2, 144))))
         assert {s[0] for s in seen} == {'elementwise', 'split_rows',
                                         'matmul', 'over_chunks'}
-        assert {s[1:] for s in seen} == {(1, 2)}
-        seen.clear()
-        _cpu_kernels.momentum_sgd(*(_f32(4, 4) for _ in range(4)), 0.1, 0.9)
-        assert seen[0] == ('elementwise', 1, 2)
         assert {s[1:] for s in seen} == {(1, 2)}
         assert host.get_blas_threads() == 2
     finally:

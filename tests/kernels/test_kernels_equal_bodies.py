@@ -259,40 +259,6 @@ def test_matmul_kernel_equals_body():
                               rng.standard_normal(b_shape).astype('f4')))
 
 
-def test_momentum_sgd_kernel_equals_update_core():
-    """MomentumSGD's update at every parameter shape of ResNet-50 (small2),
-    two steps so that the velocity is not zero."""
-    model = ResNet50(n_classes=10, stem='small2', in_channels=1)
-    rng = numpy.random.default_rng(3)
-    kernel = kernels.registered(optimizers.momentum_sgd.MomentumSGDRule,
-                                'numpy')
-    shapes = sorted({p.array.shape for p in model.params()})
-    assert len(shapes) > 10
-    for shape in shapes:
-        p0 = rng.standard_normal(shape).astype(numpy.float32)
-        grads = [rng.standard_normal(shape).astype(numpy.float32)
-                 for _ in range(2)]
-        results = []
-        for use_kernel in (True, False):
-            param = minichain.Parameter(p0.copy())
-            rule = optimizers.MomentumSGD(
-                lr=0.1, momentum=0.9).create_update_rule()
-            rule.init_state(param)
-            for grad in grads:
-                param.grad = grad
-                if use_kernel:
-                    assert kernel(rule, param)
-                else:
-                    rule.update_core(param)
-            results.append((param.array, rule.state['v']))
-        (pk, vk), (pb, vb) = results
-        # Each step: v = 0.9 v - 0.1 g (axpby), p += v (axpy), each element
-        # rounded once or twice in either order.
-        tol = 8 * EPS * (_amax(pb) + _amax(vb) + 0.1 * max(map(_amax, grads)))
-        numpy.testing.assert_allclose(vk, vb, rtol=0, atol=tol)
-        numpy.testing.assert_allclose(pk, pb, rtol=0, atol=tol)
-
-
 def test_the_switch_turns_the_kernels_off(monkeypatch):
     """config.use_kernels=False runs the body (the kernel is never called),
     and so does MINICHAIN_KERNELS=0 in a fresh process's default."""
