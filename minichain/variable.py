@@ -81,7 +81,7 @@ class Variable:
             self._grad_var = None
             return
         self._check_grad(g, 'Variable.grad setter')
-        self._grad_var = _wrap_grad(g)
+        self._grad_var = Variable(g, requires_grad=False)
 
     @property
     def grad_var(self):
@@ -371,17 +371,6 @@ def _call_backward(func, targets, grad_outputs):
             '{}.backward returned {} gradients for {} requested inputs'
             .format(func.label, len(result), len(targets)))
     return tuple(None if g is None else as_variable(g) for g in result)
-
-
-def _wrap_grad(g):
-    """A gradient array as a Variable without a graph: what
-    ``Variable(g, requires_grad=False)`` makes, without re-checking ``g``
-    (the setter checked it)."""
-    v = Variable.__new__(Variable)
-    v._data = g
-    v._node = VariableNode(v, False, None)
-    v._grad_var = None
-    return v
 
 
 def _check_grad_type(where, what, x, g):

@@ -9,9 +9,9 @@ a rank that leaves the ring (workers/ring_stall.py).
 import numpy
 import pytest
 
-import minichain
 from minichain.dist import ring
 from tests.dist._launch import require_mpi, run_mpi
+from tests.dist.workers._models import Flat
 
 
 @pytest.mark.parametrize('n', [0, 1, 2, 3, 7, 10, 11, 1000])
@@ -45,7 +45,7 @@ def test_overlapped_buckets_go_round_the_ring(mpi_ranks):
     for name in OVERLAP_CHECKS:
         getattr(checks_overlap, name)(comm)
     # the buckets really are the ring's
-    model = _Grads([5, 7], numpy.float64)
+    model = Flat([5, 7], numpy.float64)
     opt = dist.create_multi_node_optimizer(
         optimizers.SGD(lr=0.1), comm, overlap=True).setup(model)
     assert isinstance(opt.reducer.comm.bucket_transport(-1),
@@ -60,19 +60,10 @@ def _bound(dtype, size, terms):
     return 2 * k * u / (1 - k * u) * numpy.abs(terms).sum(axis=0)
 
 
-class _Grads(minichain.Link):
-    def __init__(self, sizes, dtype):
-        super().__init__()
-        with self.init_scope():
-            for i, n in enumerate(sizes):
-                setattr(self, 'p{}'.format(i), minichain.Parameter(
-                    numpy.zeros(n, dtype)))
-
-
 def _average(comm, sizes, grads):
     """``multi_node_mean_grad`` of a model with parameters of ``sizes``
     whose gradients are ``grads`` (one flat array); the flat result."""
-    model = _Grads(sizes, grads.dtype)
+    model = Flat(sizes, grads.dtype)
     offsets = numpy.cumsum([0] + sizes)
     for (_, p), lo, hi in zip(model.namedparams(), offsets, offsets[1:]):
         p.grad = grads[lo:hi].copy()

@@ -54,6 +54,11 @@ CASES = {
     'silent': ('4', ('rank 0 has waited', 'rank 1: no word from it',
                      'joined collective #1', 'the stall timeout')),
     'stopped': ('4', ('rank 1: no word from it', 'the stall timeout')),
+    # a rank that leaves inside the shared-memory sum, after the header:
+    # the others wait in its barrier until the stall timeout
+    'shared-exit': ('4', ('rank 0 has waited', 'in multi_node_mean_grad #1',
+                          'rank 1: left (its program ended',
+                          'the stall timeout')),
     # a NCCL collective that never completes (a fake event; no GPU needed)
     'nccl': ('4', ('rank 0 has waited', 'to wait for the previous NCCL '
                    'averaging, in multi_node_mean_grad #1', 'pure_nccl '

@@ -24,6 +24,11 @@ class Pipelined:
     def pieces(self, buf):
         if backend.get_array_module(buf) is not numpy:
             return super().pieces(buf)
-        step = max(1, min(PIPELINE_BYTES, mpi.CHUNK_BYTES) // buf.itemsize)
-        return [(lo, min(buf.size, lo + step))
-                for lo in range(0, buf.size, step)]
+        return cut(buf, min(PIPELINE_BYTES, mpi.CHUNK_BYTES))
+
+
+def cut(buf, nbytes):
+    """The ``(lo, hi)`` element ranges of the 1-d ``buf`` in pieces of
+    ``nbytes`` (the last one shorter)."""
+    step = max(1, nbytes // buf.itemsize)
+    return [(lo, min(buf.size, lo + step)) for lo in range(0, buf.size, step)]

@@ -31,7 +31,7 @@ import weakref
 import numpy
 
 from minichain import backend
-from minichain.dist.transports import mpi
+from minichain.dist.transports import mpi, pipeline
 
 # Each rank's region starts on a page of its own.
 _ALIGN = mmap.PAGESIZE
@@ -181,9 +181,7 @@ class SharedMemory:
     def pieces(self, buf):
         for regions in self._regions.values():
             if buf is regions.own:
-                step = max(1, self.piece_bytes // buf.itemsize)
-                return [(lo, min(buf.size, lo + step))
-                        for lo in range(0, buf.size, step)]
+                return pipeline.cut(buf, self.piece_bytes)
         return super().pieces(buf)
 
     def sum_on_host(self, buf):

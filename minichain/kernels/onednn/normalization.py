@@ -7,11 +7,11 @@ registered: the reorders cost more than oneDNN saves except on small maps
 with many channels (bench/README.md, "oneDNN kernels"); it would pay with
 the blocked layout kept between the ops.
 
-The forward fuses what ends a ResNet block where oneDNN can:
-``relu=True`` is its ``fuse_norm_relu`` flag, ``residual`` with ``relu``
-its ``fuse_norm_add_relu`` (the residual as a second source; oneDNN 3.2's
-CPU code has none, so this is refused and the residual and relu are
-applied by NumPy after, as is a residual without relu). Like the body, the kernel leaves
+The forward fuses what oneDNN can of what ends a ResNet block:
+``relu=True`` without a residual is its ``fuse_norm_relu`` flag; a
+residual (and the relu after it) is applied by NumPy after, since oneDNN
+3.2's CPU code has no ``fuse_norm_add_relu`` in any layout (status
+unimplemented). Like the body, the kernel leaves
 on the node the per-channel ``mean`` and ``inv_std`` that the backward
 reads, and updates the running statistics in place.
 
@@ -55,22 +55,22 @@ def batch_normalization(node, inputs):
     others = (gamma, beta) + (() if residual is None else (residual,))
     if not _usable(node.lay, x, *others):
         return None
-    flags, plan = _forward_plan_for(x.shape, node.eps, residual is not None,
-                                    node.relu)
+    # oneDNN 3.2's CPU code fuses relu but no residual add (see above)
+    flags = _SCALE_SHIFT | (L.FUSE_NORM_RELU if node.relu and residual is None
+                            else 0)
+    plan = cached(('bn', x.shape, float(node.eps), flags),
+                  lambda: _forward_plan(x.shape, node.eps, flags))
     if plan is None:
         return None
     c = x.shape[1]
     mean, var = numpy.empty(c, numpy.float32), numpy.empty(c, numpy.float32)
     args = {L.ARG_SRC: x, L.ARG_SCALE: gamma, L.ARG_SHIFT: beta,
             L.ARG_MEAN: mean, L.ARG_VARIANCE: var}
-    fused_add = bool(flags & L.FUSE_NORM_ADD_RELU)
-    if fused_add:
-        args[L.ARG_SRC_1] = residual
-    if flags & (L.FUSE_NORM_RELU | L.FUSE_NORM_ADD_RELU):
+    if flags & L.FUSE_NORM_RELU:
         # The relu mask for oneDNN's own backward; ours reads y's sign.
         args[L.ARG_WORKSPACE] = L.buffer(plan.md(L.ARG_WORKSPACE))
     y = plan(args)[L.ARG_DST]
-    if residual is not None and not fused_add:
+    if residual is not None:
         # In the order of the body (bn, + residual, relu): same values.
         numpy.add(y, residual, out=y)
         if node.relu:
@@ -94,35 +94,14 @@ def batch_normalization(node, inputs):
     return y,
 
 
-def _forward_plan_for(shape, eps, residual, relu):
-    """(flags, plan) of the most fused forward oneDNN has for this case:
-    its add + relu fusion exists for blocked layouts only in v3.2, so on
-    NCHW the residual falls back to a plain forward finished by NumPy."""
-    choices = [_SCALE_SHIFT]
-    if residual and relu:
-        choices.insert(0, _SCALE_SHIFT | L.FUSE_NORM_ADD_RELU)
-    elif relu:
-        choices.insert(0, _SCALE_SHIFT | L.FUSE_NORM_RELU)
-    for flags in choices:
-        plan = cached(('bn', shape, float(eps), flags),
-                      lambda: _forward_plan(shape, eps, flags))
-        if plan is not None:
-            return flags, plan
-    return None, None
-
-
 def _forward_plan(shape, eps, flags):
     pd = _forward_pd(shape, eps, flags)
     args = [L.ARG_SRC, L.ARG_SCALE, L.ARG_SHIFT, L.ARG_MEAN, L.ARG_VARIANCE,
             L.ARG_DST]
-    if flags & L.FUSE_NORM_ADD_RELU:
-        args.append(L.ARG_SRC_1)
-    if flags & (L.FUSE_NORM_RELU | L.FUSE_NORM_ADD_RELU):
+    if flags & L.FUSE_NORM_RELU:
         args.append(L.ARG_WORKSPACE)
-    inputs = {L.ARG_SRC: L.plain(shape)}
-    if flags & L.FUSE_NORM_ADD_RELU:
-        inputs[L.ARG_SRC_1] = L.plain(shape)
-    return Plan(L.Primitive(pd, tuple(args)), inputs, {L.ARG_DST: shape})
+    return Plan(L.Primitive(pd, tuple(args)), {L.ARG_SRC: L.plain(shape)},
+                {L.ARG_DST: shape})
 
 
 def batch_normalization_grad(node, inputs):

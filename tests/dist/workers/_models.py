@@ -107,3 +107,15 @@ class SharedUnused(minichain.Chain):
     def forward(self, x):
         h = F.tanh(self.shared(x))
         return self.out(F.tanh(self.shared(h)))
+
+
+class Flat(minichain.Link):
+    """Parameters ``p0, p1, ...`` of the 1-d ``sizes`` (zeros of
+    ``dtype``): a model that is only its gradients' layout."""
+
+    def __init__(self, sizes, dtype):
+        super().__init__()
+        with self.init_scope():
+            for i, n in enumerate(sizes):
+                setattr(self, 'p{}'.format(i), minichain.Parameter(
+                    numpy.zeros(n, dtype)))

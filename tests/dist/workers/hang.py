@@ -102,6 +102,19 @@ elif case == 'mnbn':
     step(model, opt)
     with minichain.using_config('train', rank == 0):
         step(model, opt)
+elif case == 'shared-exit':
+    # rank 1 leaves between packing and the shared-memory sum: rank 0
+    # waits in that sum's barrier (transports/shared_memory.py)
+    model = L.Linear(512, 512)  # 1 MB of gradients: summed in the file
+    model(numpy.zeros((1, 512), numpy.float32))
+    for p in model.params():
+        p.grad = numpy.ones_like(p.array)
+    assert comm.shares_memory()
+    if rank == 1:
+        def leave(regions, lo, hi):
+            sys.exit(3)
+        comm._sum_in_place = leave
+    comm.multi_node_mean_grad(model)
 elif case == 'slow':
     if rank == 1:
         time.sleep(3.6)  # slow, not stuck: the job goes on

@@ -20,19 +20,13 @@ import os
 
 import numpy
 
-import minichain
 from minichain import dist
 from minichain.dist.transports import shared_memory
 
+import _models as M
 
-class Grads(minichain.Link):
-    def __init__(self, sizes, dtype):
-        super().__init__()
-        with self.init_scope():
-            for i, n in enumerate(sizes):
-                setattr(self, 'p{}'.format(i), minichain.Parameter(
-                    numpy.zeros(n, dtype)))
 
+class Grads(M.Flat):
     def set_grads(self, rank, skip=None):
         for k, p in enumerate(self.params()):
             p.grad = None if k == skip else (
