@@ -4,13 +4,16 @@ For each ResNet-50 layer kind at batch 32 (small2 and ImageNet maps):
 a convolution's forward + backward data + backward weights, and batch
 normalization's forward (ReLU fused) + backward, timed as oneDNN kernel
 (``minichain/kernels/onednn``) and as the op's body (``node.forward``)
-in alternation (batch normalization also as the NumPy kernel, what runs
-where oneDNN does not), the median of ``--reps`` turns each;
-the ratio is body time / oneDNN time (above 1: oneDNN faster). A
-convolution is also timed with its oneDNN plan forced to plain NCHW and
-forced to the blocked layout, which is how the 1x1 rule in
-``onednn/convolution.py`` was chosen. These are the figures behind the
-sizes the kernels decline (bench/README.md, "oneDNN kernels").
+in alternation, the median of ``--reps`` turns each; the ratio is body
+time / oneDNN time (above 1: oneDNN faster). Inputs are channels-last,
+as the kernels hand them to each other. A convolution is also timed with
+its primitive forced onto NHWC and forced into the blocked layout, which
+is how ``_NHWC_MIN_PIXELS`` in ``onednn/convolution.py`` was chosen.
+Batch normalization is also timed as the NumPy kernel on channel-major
+arrays (what the NumPy path runs) and on NCHW ones (what ran beside the
+oneDNN convolutions before they returned channels-last). These are the
+figures behind the sizes the kernels decline (bench/README.md, "oneDNN
+kernels").
 
     OMP_WAIT_POLICY=passive python bench/onednn_layers.py [--reps 7]
 """
@@ -79,59 +82,72 @@ def main():
           'fwd + bwd data + bwd weights'.format(
               onednn._dnnl.threads(), os.environ.get('OMP_WAIT_POLICY', '')))
     print('{:<28} {:>8} {:>8} {:>8} {:>8} {:>7}'.format(
-        'convolution n,c,h,o,k,s,p', 'body', 'oneDNN', 'plain', 'blocked',
+        'convolution n,c,h,o,k,s,p', 'body', 'oneDNN', 'nhwc', 'blocked',
         'ratio'))
-    rule = K._PLAIN_1X1_PIXELS
+    rule, last = K._NHWC_MIN_PIXELS, onednn._dnnl.empty_channels_last
+
+    def channels_last(a):
+        b = last(a.shape)
+        b[...] = a
+        return b
     for n, c, h, o, k, s, p in ([] if args.bn_only else CONVS):
-        x = rng.standard_normal((n, c, h, h), dtype=numpy.float32)
+        x = channels_last(rng.standard_normal((n, c, h, h),
+                                              dtype=numpy.float32))
         W = rng.standard_normal((o, c, k, k), dtype=numpy.float32)
         oh = (h + 2 * p - k) // s + 1
-        gy = rng.standard_normal((n, o, oh, oh), dtype=numpy.float32)
+        gy = channels_last(rng.standard_normal((n, o, oh, oh),
+                                               dtype=numpy.float32))
         t = {}
-        for name, threshold in (('oneDNN', rule), ('plain', 0),
+        for name, threshold in (('oneDNN', rule), ('nhwc', 0),
                                 ('blocked', 10 ** 9)):
-            if k != 1 and name != 'oneDNN':
-                continue
-            K._PLAIN_1X1_PIXELS = threshold
+            if k == 1 and name != 'oneDNN':
+                continue   # 1x1 always runs on NHWC
+            K._NHWC_MIN_PIXELS = threshold
             plan._cache.clear()
             _conv_step(kernels, x, W, gy, s, p)     # build the primitives
             t[name] = _median_ms(lambda: _conv_step(kernels, x, W, gy, s,
                                                     p), args.reps)
-        K._PLAIN_1X1_PIXELS = rule
+        K._NHWC_MIN_PIXELS = rule
         t['body'] = _median_ms(lambda: _conv_step(bodies, x, W, gy, s, p),
                                max(3, args.reps // 2))
         print('{:<28} {:>8.2f} {:>8.2f} {:>8} {:>8} {:>6.2f}x'.format(
             ','.join(map(str, (n, c, h, o, k, s, p))), t['body'],
             t['oneDNN'], *('{:.2f}'.format(t[m]) if m in t else '-'
-                           for m in ('plain', 'blocked')),
+                           for m in ('nhwc', 'blocked')),
             t['body'] / t['oneDNN']))
-    print('{:<28} {:>8} {:>8} {:>8} {:>16}'.format(
-        'batch norm + relu n,c,h', 'body', 'NumPy', 'oneDNN',
+    print('{:<28} {:>8} {:>8} {:>8} {:>8} {:>16}'.format(
+        'batch norm + relu n,c,h', 'body', 'NumPy', 'on NCHW', 'oneDNN',
         'NumPy / oneDNN'))
     from minichain.kernels.numpy import normalization as numpy_bn
     bn, bn_grad = onednn.normalization.batch_normalization, \
         onednn.normalization.batch_normalization_grad
     for n, c, h in BNS:
-        x = rng.standard_normal((n, c, h, h), dtype=numpy.float32)
-        gy = rng.standard_normal(x.shape, dtype=numpy.float32)
+        nchw = rng.standard_normal((n, c, h, h), dtype=numpy.float32)
+        x, gy = channels_last(nchw), channels_last(nchw[::-1])
+        major = [numpy.ascontiguousarray(a.swapaxes(0, 1)).swapaxes(0, 1)
+                 for a in (x, gy)]
         gamma, beta = numpy.ones(c, numpy.float32), numpy.zeros(
             c, numpy.float32)
         lay = Layout(x.shape, (0, 2, 3))
 
-        def step(fwd, bwd):
+        def step(fwd, bwd, x=x, gy=gy):
             node = N.BatchNormalization(lay, 2e-5, None, None, 0.9, True)
             fwd(node, (x, gamma, beta))
             grad = N.BatchNormalizationGrad(lay, 2e-5, node.mean,
                                             node.inv_std, node.centered)
             bwd(grad, (x, gamma, gy))
         step(bn, bn_grad)
+        numpy_kernels = (numpy_bn.batch_normalization,
+                         numpy_bn.batch_normalization_grad)
         t_one = _median_ms(lambda: step(bn, bn_grad), args.reps)
         t_body = _median_ms(lambda: step(body, body), args.reps)
-        t_numpy = _median_ms(lambda: step(
-            numpy_bn.batch_normalization,
-            numpy_bn.batch_normalization_grad), args.reps)
-        print('{:<28} {:>8.2f} {:>8.2f} {:>8.2f} {:>15.2f}x'.format(
-            ','.join(map(str, (n, c, h))), t_body, t_numpy, t_one,
+        t_numpy = _median_ms(lambda: step(*numpy_kernels, *major),
+                             args.reps)
+        t_nchw = _median_ms(lambda: step(*numpy_kernels, nchw,
+                                         numpy.ascontiguousarray(gy)),
+                            args.reps)
+        print('{:<28} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>15.2f}x'.format(
+            ','.join(map(str, (n, c, h))), t_body, t_numpy, t_nchw, t_one,
             t_numpy / t_one))
 
 

@@ -112,6 +112,18 @@ def _rand(rng, shape):
     return rng.standard_normal(shape).astype(numpy.float32)
 
 
+def _channels_last(a):
+    """``a``'s values in an (N, C, H, W) array over NHWC memory, the
+    layout the convolution kernels return."""
+    return numpy.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(
+        0, 3, 1, 2)
+
+
+def _channel_major(a):
+    """``a``'s values over (C, N, H, W) memory (the NumPy kernels')."""
+    return numpy.ascontiguousarray(a.swapaxes(0, 1)).swapaxes(0, 1)
+
+
 def _same_retained(k_node, b_node):
     assert k_node._input_indexes_to_retain == b_node._input_indexes_to_retain
     assert (k_node._output_indexes_to_retain
@@ -132,6 +144,7 @@ def test_convolution_kernels_equal_bodies(spec, every_size):
     for inputs in ((x, W), (x, W, b)):
         (y,), kn, (ref,), bn = _both(conv, inputs)
         assert y.shape == ref.shape and y.dtype == numpy.float32
+        assert onednn._dnnl.is_channels_last(y)
         terms = c * k * k + (len(inputs) == 3)
         assert numpy.all(abs(y - ref) <= _conv_bound(conv, inputs, terms))
         _same_retained(kn, bn)
@@ -141,7 +154,7 @@ def test_convolution_kernels_equal_bodies(spec, every_size):
     def deconv():
         return C.Deconvolution2D(stride, pad, (h, h), False, (1, 1), 1)
     (gx,), kn, (ref,), bn = _both(deconv, (gy, W))
-    assert gx.shape == x.shape
+    assert gx.shape == x.shape and onednn._dnnl.is_channels_last(gx)
     assert numpy.all(abs(gx - ref) <= _conv_bound(deconv, (gy, W),
                                                   o * k * k))
     _same_retained(kn, bn)
@@ -177,14 +190,45 @@ def _bn_bound(x, ref, m):
     return 4 * m * U * spread * (abs(ref).max() + 1)
 
 
+@pytest.mark.parametrize('spec', [(2, 64, 14, 64, 1, 1, 0),
+                                  (2, 64, 14, 64, 3, 1, 1),
+                                  (2, 256, 4, 256, 3, 1, 1)],
+                         ids=lambda s: 'n{}c{}h{}o{}k{}s{}p{}'.format(*s))
+def test_convolutions_take_any_input_layout(spec):
+    # NCHW (data, NumPy code), channels-last (a kernel's output) and
+    # channel-major (the NumPy kernels' output) give the same values, on
+    # the NHWC primitive (1x1, 14x14) and the blocked one (3x3 at 4x4)
+    n, c, h, o, k, s, p = spec
+    rng = numpy.random.default_rng(9)
+    x, W = _rand(rng, (n, c, h, h)), _rand(rng, (o, c, k, k))
+    oh = (h + 2 * p - k) // s + 1
+    gy = _rand(rng, (n, o, oh, oh))
+    conv = onednn.convolution
+    fwd = C.Convolution2D((s, s), (p, p), False, (1, 1), 1)
+    bwd = C.Deconvolution2D((s, s), (p, p), (h, h), False, (1, 1), 1)
+    gw = C.Convolution2DGradW(W.shape, (s, s), (p, p), False, (1, 1), 1)
+    ref = (conv.convolution_2d(fwd, (x, W))[0],
+           conv.deconvolution_2d(bwd, (gy, W))[0],
+           conv.convolution_2d_grad_w(gw, (x, gy))[0])
+    for lay in (_channels_last, _channel_major):
+        got = (conv.convolution_2d(fwd, (lay(x), W))[0],
+               conv.deconvolution_2d(bwd, (lay(gy), W))[0],
+               conv.convolution_2d_grad_w(gw, (lay(x), lay(gy)))[0])
+        for g, r in zip(got, ref):
+            numpy.testing.assert_allclose(g, r, rtol=1e-5,
+                                          atol=1e-5 * abs(r).max())
+
+
 @pytest.mark.parametrize('spec', BNS, ids=lambda s: 'n{}c{}h{}'.format(*s))
 @pytest.mark.parametrize('fuse', ['plain', 'relu', 'residual',
                                   'residual_relu'])
 def test_batch_normalization_kernels_equal_bodies(spec, fuse):
+    # x channels-last, as the convolution kernels hand it over; gy in
+    # both layouts (a gradient from NumPy code is C-ordered)
     n, c, h = spec
     rng = numpy.random.default_rng(sum(spec))
     shape = (n, c, h, h)
-    x = _rand(rng, shape) * 3 + 1
+    x = _channels_last(_rand(rng, shape) * 3 + 1)
     gamma, beta = _rand(rng, c), _rand(rng, c)
     inputs = (x, gamma, beta)
     if fuse.startswith('residual'):
@@ -201,6 +245,7 @@ def test_batch_normalization_kernels_equal_bodies(spec, fuse):
     (y,), kn, (ref,), bn_ = _both(bn, inputs)
     m = lay.m
     assert numpy.all(abs(y - ref) <= _bn_bound(x, ref, m))
+    assert onednn._dnnl.is_channels_last(y)
     _same_retained(kn, bn_)
     for attr in ('mean', 'inv_std'):
         a, b = getattr(kn, attr), getattr(bn_, attr)
@@ -215,19 +260,21 @@ def test_batch_normalization_kernels_equal_bodies(spec, fuse):
     def grad():
         return N.BatchNormalizationGrad(lay, 2e-5, bn_.mean, bn_.inv_std,
                                         bn_.centered)
-    grads, kn, refs, bn_ = _both(grad, (x, gamma, gy))
-    for g, r in zip(grads, refs):
-        assert g.shape == r.shape and g.dtype == r.dtype
-        assert numpy.all(abs(g - r) <= _bn_bound(x, r, m))
-    _same_retained(kn, bn_)
+    for g_in in (gy, _channels_last(gy)):
+        grads, kn, refs, bn_ = _both(grad, (x, gamma, g_in))
+        for g, r in zip(grads, refs):
+            assert g.shape == r.shape and g.dtype == r.dtype
+            assert numpy.all(abs(g - r) <= _bn_bound(x, r, m))
+        assert onednn._dnnl.is_channels_last(grads[0])
+        _same_retained(kn, bn_)
 
 
-def test_batch_normalization_declines_what_has_no_blocked_layout():
-    # matrices, and channel counts that are not a multiple of 8: the
-    # NumPy kernel runs them
+def test_batch_normalization_declines_what_is_not_channels_last():
+    # matrices and NCHW arrays: the NumPy kernel runs them (on NCHW oneDNN
+    # has only a generic loop)
     rng = numpy.random.default_rng(2)
     bn = _kernel(N.BatchNormalization)
-    for shape in ((16, 16), (4, 12, 3, 3)):
+    for shape in ((16, 16), (4, 16, 3, 3)):
         c = shape[1]
         x, gamma, beta = _rand(rng, shape), _rand(rng, c), _rand(rng, c)
         lay = Layout(shape, (0,) + tuple(range(2, len(shape))))
@@ -250,13 +297,16 @@ def test_kernels_decline_what_onednn_does_not_take():
     lay = Layout(x.shape, (0, 2, 3))
     g = numpy.ones(4, numpy.float32)
     node = N.BatchNormalization(lay, 2e-5, None, None, 0.9)
-    assert bn(node, (x.astype(numpy.float64), g.astype(numpy.float64),
+    last = _channels_last(x)
+    assert bn(node, (last, g, g)) is not None   # what it takes
+    node = N.BatchNormalization(lay, 2e-5, None, None, 0.9)
+    assert bn(node, (last.astype(numpy.float64), g.astype(numpy.float64),
                      g.astype(numpy.float64))) is None
-    assert bn(node, (x.transpose(1, 0, 2, 3).copy().transpose(1, 0, 2, 3),
-                     g, g)) is None    # not C-ordered
+    assert bn(node, (_channel_major(x), g, g)) is None
+    assert bn(node, (last, g[::-1][::-1].repeat(2)[::2], g)) is None
     per_pixel = N.BatchNormalization(Layout(x.shape, (0,)), 2e-5, None,
                                      None, 0.9)
-    assert bn(per_pixel, (x, numpy.ones((4, 6, 6), numpy.float32),
+    assert bn(per_pixel, (last, numpy.ones((4, 6, 6), numpy.float32),
                           numpy.ones((4, 6, 6), numpy.float32))) is None
 
 

@@ -46,17 +46,34 @@ def _sum_tol(terms, magnitude):
 
 
 # -- ReLU ---------------------------------------------------------------------
+def _channels_last(a):
+    """``a``'s values in an (N, C, H, W) array over NHWC memory."""
+    return numpy.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(
+        0, 3, 1, 2)
+
+
 @pytest.mark.parametrize('spec', BNS, ids=lambda s: 'n{}c{}h{}'.format(*s))
-def test_relu_kernels_equal_bodies_bit_for_bit(spec, monkeypatch):
-    # every size, also those left to the NumPy kernel for speed
+@pytest.mark.parametrize('layout', ['nchw', 'nhwc'])
+def test_relu_kernels_equal_bodies_bit_for_bit(spec, layout, monkeypatch):
+    # every size, also those left to the NumPy kernel for speed; C-ordered
+    # arrays and the channels-last ones the convolutions return
     monkeypatch.setattr(onednn.activation, '_MIN_SIZE', 1)
     n, c, h = spec
     rng = numpy.random.default_rng(sum(spec))
-    x = _rand(rng, n, c, h, h)
+    lay = _channels_last if layout == 'nhwc' else (lambda a: a)
+    x = lay(_rand(rng, n, c, h, h))
     (y,), _ = testing.assert_kernel_equals_body(_kernel(A.ReLU), A.ReLU(),
                                                 (x,))
-    testing.assert_kernel_equals_body(_kernel(A.ReLUGrad), A.ReLUGrad(),
-                                      (y, _rand(rng, n, c, h, h)))
+    (gx,), _ = testing.assert_kernel_equals_body(
+        _kernel(A.ReLUGrad), A.ReLUGrad(), (y, lay(_rand(rng, n, c, h, h))))
+    for out in (y, gx):   # the output keeps the inputs' layout
+        assert out.strides == x.strides
+
+
+def test_relu_of_mixed_layouts_is_left_to_numpy():
+    rng = numpy.random.default_rng(8)
+    y = _rand(rng, 4, 16, 16, 16)
+    assert _kernel(A.ReLUGrad)(A.ReLUGrad(), (y, _channels_last(y))) is None
 
 
 # -- pooling ------------------------------------------------------------------

@@ -85,13 +85,11 @@ def _gated(kernel):
 #   0.80x at 32x100);
 # - max and average pooling forward + backward, 3x3/2 pad 1 at 8x64x112
 #   (ResNet-50's stem pooling at 224): 5.1x and 4.7x.
+# - batch normalization forward + backward on the channels-last arrays
+#   the convolutions return (normalization.py): 3-11x the NumPy kernel
+#   at batch 32 from 14x14 to 2x2 (Intel Xeon, AVX-512, 2026-12-02,
+#   bench/onednn_layers.py).
 # Written, tested and not registered:
-# - batch normalization, run in oneDNN's blocked layout with the arrays
-#   reordered in and out at each call (on NCHW oneDNN has only slow code,
-#   1.8-16x the body's time): 0.23-0.82x the NumPy kernel's speed at 8 of
-#   10 ResNet-50 shapes, 1.8-2.1x at 32x1024x4x4 and 32x2048x2x2 only,
-#   and registered for those it changed the main job's step by 0.98x
-#   (0.86-1.27): it pays with the blocked layout kept between ops;
 # - global average pooling: 0.07-0.08x (NumPy's mean over contiguous
 #   maps is one pass; oneDNN's whole-map window is not);
 # - linear and its backward (MatMul): 0.63x at 32x2048->10 (make train's
@@ -100,6 +98,8 @@ REGISTERED = (
     (_conv.Convolution2D, convolution.convolution_2d),
     (_conv.Deconvolution2D, convolution.deconvolution_2d),
     (_conv.Convolution2DGradW, convolution.convolution_2d_grad_w),
+    (_norm.BatchNormalization, normalization.batch_normalization),
+    (_norm.BatchNormalizationGrad, normalization.batch_normalization_grad),
     (_act.ReLU, activation.relu),
     (_act.ReLUGrad, activation.relu_grad),
     (_pool.MaxPooling2D, pooling.max_pooling_2d),
@@ -108,8 +108,6 @@ REGISTERED = (
     (_pool.AveragePooling2DGrad, pooling.average_pooling_2d_grad),
 )
 UNREGISTERED = (
-    (_norm.BatchNormalization, normalization.batch_normalization),
-    (_norm.BatchNormalizationGrad, normalization.batch_normalization_grad),
     (_pool.GlobalAveragePooling2D, pooling.global_average_pooling_2d),
     (_Linear, linear.linear),
     (_math.MatMul, linear.matmul),

@@ -255,6 +255,31 @@ def of(array):
     return plain(array.shape, [s // 4 for s in array.strides])
 
 
+def channels_last_strides(shape):
+    """Element strides of an (N, C, H, W) array over NHWC memory."""
+    n, c, h, w = shape
+    return [h * w * c, 1, w * c, c]
+
+
+def channels_last(shape):
+    """An f32 md of an (N, C, H, W) tensor in NHWC memory: the layout the
+    oneDNN kernels hand to NumPy (``_plan.py`` says why)."""
+    return plain(shape, channels_last_strides(shape))
+
+
+def empty_channels_last(shape):
+    """An uninitialized float32 NumPy array of ``shape`` (N, C, H, W)
+    over NHWC memory (PyTorch's ``channels_last``)."""
+    n, c, h, w = shape
+    return numpy.empty((n, h, w, c), numpy.float32).transpose(0, 3, 1, 2)
+
+
+def is_channels_last(array):
+    """Whether ``array`` is a 4-D array over dense NHWC memory."""
+    return (array.ndim == 4
+            and array.transpose(0, 2, 3, 1).flags.c_contiguous)
+
+
 def any_layout(shape):
     """An f32 md whose layout the primitive picks (``format_tag_any``)."""
     return tagged(shape, FORMAT_ANY)

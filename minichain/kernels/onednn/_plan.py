@@ -5,9 +5,20 @@ oneDNN's fast convolutions work on blocked layouts (channels in blocks of
 built on plain NCHW it falls back to slower GEMM-based code for 3x3. A
 :class:`Plan` therefore runs: reorder each input from the NumPy array's
 layout into the primitive's, execute, reorder each output back into a
-fresh C-ordered NumPy array. A reorder is skipped where the layouts
-already agree. Blocked buffers never leave the plan: NumPy code only
-sees plain arrays.
+fresh NumPy array. A reorder is skipped where the layouts already agree.
+Blocked buffers never leave the plan: NumPy code only sees arrays it can
+index.
+
+The activations the kernels return are *channels-last*: an (N, C, H, W)
+array over NHWC memory, seen through a transpose (``_dnnl.
+empty_channels_last``; PyTorch's ``channels_last``), not a new array
+type. Why: oneDNN's batch normalization has fast code for NHWC and
+blocked layouts only (on NCHW a generic loop), and its convolutions run
+NHWC directly (``brgconv``), so a conv -> batch norm -> conv chain on
+NHWC arrays needs no reorder at all, where NCHW arrays paid one in and
+one out of every primitive. NumPy code reads the arrays as NCHW through
+their strides, and its elementwise ops keep the layout (a ufunc's output
+follows its inputs' memory order).
 
 A convolution's weights can keep their reordered copy from one call to
 the next while the parameter does not change (``CACHE_WEIGHTS``, off):
@@ -70,14 +81,16 @@ class Plan:
         primitive: a :class:`_dnnl.Primitive`.
         inputs: ``{DNNL_ARG_*: md of the NumPy array passed there}``.
         outputs: ``{DNNL_ARG_*: shape}`` of outputs returned as fresh
-            C-ordered float32 arrays.
+            float32 arrays, C-ordered unless named in ``channels_last``.
         weights: the input argument that holds a parameter (its reordered
             copy may be cached: ``CACHE_WEIGHTS``), or None.
+        channels_last: output arguments returned over NHWC memory.
     Other arguments (bias, statistics, workspace) are passed as they are
     and must be in the layout the primitive was built with.
     """
 
-    def __init__(self, primitive, inputs, outputs, weights=None):
+    def __init__(self, primitive, inputs, outputs, weights=None,
+                 channels_last=()):
         self.primitive, self.weights = primitive, weights
         self.to_primitive = {}
         for arg, user in inputs.items():
@@ -87,10 +100,12 @@ class Plan:
         self.outputs = {}
         for arg, shape in outputs.items():
             inner = primitive.md(arg)
-            user = _dnnl.plain(shape)
+            last = arg in channels_last
+            user = (_dnnl.channels_last(shape) if last else
+                    _dnnl.plain(shape))
             back = None if _dnnl.same(user, inner) else _dnnl.reorder(
                 inner, user)
-            self.outputs[arg] = (shape, back)
+            self.outputs[arg] = (shape, back, last)
 
     def md(self, arg):
         return self.primitive.md(arg)
@@ -107,12 +122,13 @@ class Plan:
             r({_dnnl.ARG_SRC: arrays[arg], _dnnl.ARG_DST: inner})
             args[arg] = inner
         results = {}
-        for arg, (shape, back) in self.outputs.items():
-            results[arg] = numpy.empty(shape, numpy.float32)
+        for arg, (shape, back, last) in self.outputs.items():
+            results[arg] = (_dnnl.empty_channels_last(shape) if last else
+                            numpy.empty(shape, numpy.float32))
             args[arg] = (results[arg] if back is None else
                          _dnnl.buffer(self.md(arg)))
         self.primitive(args)
-        for arg, (shape, back) in self.outputs.items():
+        for arg, (shape, back, _) in self.outputs.items():
             if back is not None:
                 back({_dnnl.ARG_SRC: args[arg], _dnnl.ARG_DST: results[arg]})
         return results

@@ -1,11 +1,12 @@
 """oneDNN kernels of ReLU and its gradient (functions/activation.py):
 oneDNN's eltwise ``relu`` forward, and its backward from the output
 (``relu_use_dst_for_bwd``, as ``ReLUGrad`` takes ``y``), on C-ordered
-float32 arrays. Bit for bit what the bodies compute: ``max(x, 0)`` and
+or channels-last float32 arrays (all of a call's arrays in one of them;
+the output in it too). Bit for bit what the bodies compute: ``max(x, 0)`` and
 ``gy`` where ``y > 0``, else 0 (no sums, nothing rounded).
 
-Declined: other dtypes, arrays not C-ordered (the NumPy kernels keep the
-other layouts), and arrays under ``_MIN_SIZE`` elements.
+Declined: other dtypes, other layouts or a mix (NumPy handles those),
+and arrays under ``_MIN_SIZE`` elements.
 """
 import numpy
 
@@ -20,14 +21,30 @@ from minichain.kernels.onednn._plan import Plan, cached
 _MIN_SIZE = 16384
 
 
-def _usable(*arrays):
-    return all(a.dtype == numpy.float32 and a.flags.c_contiguous
-               and a.size >= _MIN_SIZE and a.ndim <= L.MAX_NDIMS
-               for a in arrays)
+def _layout(*arrays):
+    """'nchw' when the arrays are all C-ordered, 'nhwc' when all are
+    channels-last, else None (then declined), for float32 arrays of at
+    least ``_MIN_SIZE`` elements."""
+    if not all(a.dtype == numpy.float32 and a.size >= _MIN_SIZE
+               and a.ndim <= L.MAX_NDIMS for a in arrays):
+        return None
+    if all(a.flags.c_contiguous for a in arrays):
+        return 'nchw'
+    if all(L.is_channels_last(a) for a in arrays):
+        return 'nhwc'
+    return None
 
 
-def _forward_pd(shape):
-    md = L.plain(shape)
+def _md(shape, layout):
+    return L.channels_last(shape) if layout == 'nhwc' else L.plain(shape)
+
+
+def _out(layout):
+    return (L.ARG_DST, L.ARG_DIFF_SRC) if layout == 'nhwc' else ()
+
+
+def _forward_pd(shape, layout):
+    md = _md(shape, layout)
     return L.PrimitiveDesc(
         'dnnl_eltwise_forward_primitive_desc_create',
         lambda pd: L.lib.dnnl_eltwise_forward_primitive_desc_create(
@@ -37,34 +54,38 @@ def _forward_pd(shape):
 
 def relu(node, inputs):
     x, = inputs
-    if not _usable(x):
+    layout = _layout(x)
+    if layout is None:
         return None
-    plan = cached(('relu', x.shape), lambda: Plan(
-        L.Primitive(_forward_pd(x.shape), (L.ARG_SRC, L.ARG_DST)), {},
-        {L.ARG_DST: x.shape}))
+    plan = cached(('relu', x.shape, layout), lambda: Plan(
+        L.Primitive(_forward_pd(x.shape, layout), (L.ARG_SRC, L.ARG_DST)),
+        {}, {L.ARG_DST: x.shape}, channels_last=_out(layout)))
     if plan is None:
         return None
     node.retain_outputs((0,))
     return plan({L.ARG_SRC: x})[L.ARG_DST],
 
 
-def _backward_plan(shape):
-    md = L.plain(shape)
-    hint = _forward_pd(shape)
+def _backward_plan(shape, layout):
+    md = _md(shape, layout)
+    hint = _forward_pd(shape, layout)
     pd = L.PrimitiveDesc(
         'dnnl_eltwise_backward_primitive_desc_create',
         lambda pd: L.lib.dnnl_eltwise_backward_primitive_desc_create(
             pd, L.engine, L.ELTWISE_RELU_USE_DST, md, md, md, 0.0, 0.0,
             hint, None))
     primitive = L.Primitive(pd, (L.ARG_DST, L.ARG_DIFF_DST, L.ARG_DIFF_SRC))
-    return Plan(primitive, {}, {L.ARG_DIFF_SRC: shape})
+    return Plan(primitive, {}, {L.ARG_DIFF_SRC: shape},
+                channels_last=_out(layout))
 
 
 def relu_grad(node, inputs):
     y, gy = inputs
-    if not (_usable(y, gy) and y.shape == gy.shape):
+    layout = _layout(y, gy)
+    if layout is None or y.shape != gy.shape:
         return None
-    plan = cached(('relu_grad', y.shape), lambda: _backward_plan(y.shape))
+    plan = cached(('relu_grad', y.shape, layout),
+                  lambda: _backward_plan(y.shape, layout))
     if plan is None:
         return None
     node.retain_inputs((0,))

@@ -2,10 +2,11 @@
 
 ``Convolution2D`` is oneDNN's convolution forward; ``Deconvolution2D``
 (what a convolution's backward uses for gx) is its backward data, and
-``Convolution2DGradW`` its backward weights. 3x3 and 7x7 convolutions
-(and 1x1 on small maps) are built on ``format_tag_any``, oneDNN's blocked
-layout, and reorder NCHW in and out (``_plan.py``); 1x1 on larger maps
-run on the arrays as they are (``_plain``).
+``Convolution2DGradW`` its backward weights. They take their inputs in
+any layout and return y and gx channels-last (NHWC memory, ``_plan.py``
+says why); the primitive itself runs on NHWC or, for 3x3 and 7x7 on
+small maps, in oneDNN's blocked layout with reorders in and out
+(``_on_nhwc``).
 
 Weights are reordered into oneDNN's layout on every call: a cache of the
 reordered copy, valid until the next parameter update, is written
@@ -48,29 +49,31 @@ def _geometry(in_size, out_size, k, stride, pad, dilate):
 # small images: too little work per call for oneDNN's blocking) and
 # inputs of fewer than 4 channels (a grey or RGB stem).
 _MIN_PIXELS, _MIN_CHANNELS = 9, 4
-# A 1x1 convolution whose output map has at least this many pixels runs
-# on plain NCHW: oneDNN's GEMM-based kernel takes it at full speed and no
-# reorder is paid (1.2-1.5x faster than blocked at 14x14); on smaller maps
-# the blocked kernel wins.
-_PLAIN_1X1_PIXELS = 49
+# Which layout the primitive itself runs on (its inputs are reordered
+# into it and its outputs out of it where they differ): NHWC, the layout
+# the kernels return (_plan.py), for 1x1 convolutions and on maps of at
+# least this many output pixels, where oneDNN's NHWC code (brgconv) took
+# fwd + bwd data + bwd weights 1.05-1.16x (1x1) and 1.46x (3x3 at 14x14)
+# faster than the blocked layout with NCHW reorders; on smaller maps the
+# blocked layout ('any') is faster even with the reorders (3x3 at 7x7
+# 0.96x, 4x4 0.76x on NHWC; bench/onednn_layers.py).
+_NHWC_MIN_PIXELS = 100
 
 
-def _plain(k, y_shape, *arrays):
-    """Whether a convolution runs on plain NCHW (C-ordered ``arrays``)."""
+def _on_nhwc(k, y_shape):
+    """Whether a convolution with kernel ``k`` and output ``y_shape`` runs
+    on NHWC (else in oneDNN's blocked layout)."""
     return (tuple(k) == (1, 1)
-            and y_shape[2] * y_shape[3] >= _PLAIN_1X1_PIXELS
-            and all(a.flags.c_contiguous for a in arrays))
+            or y_shape[2] * y_shape[3] >= _NHWC_MIN_PIXELS)
 
 
-def _mds(plain, *pairs):
-    """The primitive's mds for ``(shape, array or None)`` pairs: the
-    arrays' own layout when ``plain``, else oneDNN's choice
-    (``format_tag_any``: the blocked layout its direct 3x3 and 7x7
-    kernels need; the plan reorders in and out)."""
-    if plain:
-        return tuple(L.plain(shape) if a is None else L.of(a)
-                     for shape, a in pairs)
-    return tuple(L.any_layout(shape) for shape, _ in pairs)
+def _mds(nhwc, x_shape, w_shape, y_shape):
+    """The primitive's mds of (input, weights, output): the activations on
+    NHWC when ``nhwc``, else oneDNN's choice (``format_tag_any``: the
+    blocked layout of its direct 3x3 and 7x7 kernels); weights always
+    its choice (reordered from OIHW by the plan)."""
+    act = L.channels_last if nhwc else L.any_layout
+    return act(x_shape), L.any_layout(w_shape), act(y_shape)
 
 
 def _usable(node, in_channels, y_shape, *arrays):
@@ -122,13 +125,12 @@ def _forward_plan(x, W, b, y_shape, geo):
     if None in user.values():
         return None
     bias_md = None if b is None else L.of(b)
-    mds = _mds(_plain(W.shape[2:], y_shape, x, W), (x.shape, x), (W.shape, W),
-               (y_shape, None))
+    mds = _mds(_on_nhwc(W.shape[2:], y_shape), x.shape, W.shape, y_shape)
     pd = _forward_pd(*mds, geo, bias_md)
     args = (L.ARG_SRC, L.ARG_WEIGHTS, L.ARG_DST) + (
         () if b is None else (L.ARG_BIAS,))
     return Plan(L.Primitive(pd, args), user, {L.ARG_DST: y_shape},
-                weights=L.ARG_WEIGHTS)
+                weights=L.ARG_WEIGHTS, channels_last=(L.ARG_DST,))
 
 
 # -- Deconvolution2D: the convolution's backward data ---------------------------
@@ -159,9 +161,8 @@ def _backward_data_plan(gy, W, gx_shape, geo):
     if None in user.values():
         return None
     strides, dil, pad_l, pad_r = geo
-    diff_src, w, diff_dst = _mds(_plain(W.shape[2:], gy.shape, gy, W),
-                                 (gx_shape, None), (W.shape, W),
-                                 (gy.shape, gy))
+    diff_src, w, diff_dst = _mds(_on_nhwc(W.shape[2:], gy.shape), gx_shape,
+                                 W.shape, gy.shape)
     hint = _forward_pd(diff_src, w, diff_dst, geo)
     pd = L.PrimitiveDesc(
         'dnnl_convolution_backward_data_primitive_desc_create',
@@ -172,7 +173,7 @@ def _backward_data_plan(gy, W, gx_shape, geo):
     primitive = L.Primitive(pd, (L.ARG_DIFF_DST, L.ARG_WEIGHTS,
                                  L.ARG_DIFF_SRC))
     return Plan(primitive, user, {L.ARG_DIFF_SRC: gx_shape},
-                weights=L.ARG_WEIGHTS)
+                weights=L.ARG_WEIGHTS, channels_last=(L.ARG_DIFF_SRC,))
 
 
 # -- Convolution2DGradW: the convolution's backward weights ---------------------
@@ -196,9 +197,8 @@ def _backward_weights_plan(x, gy, w_shape, geo):
     if None in user.values():
         return None
     strides, dil, pad_l, pad_r = geo
-    src, diff_w, diff_dst = _mds(_plain(w_shape[2:], gy.shape, x, gy),
-                                 (x.shape, x), (w_shape, None),
-                                 (gy.shape, gy))
+    src, diff_w, diff_dst = _mds(_on_nhwc(w_shape[2:], gy.shape), x.shape,
+                                 w_shape, gy.shape)
     hint = _forward_pd(src, diff_w, diff_dst, geo)
     create = L.lib.dnnl_convolution_backward_weights_primitive_desc_create
     pd = L.PrimitiveDesc(

@@ -1,11 +1,12 @@
 """oneDNN kernels of training-mode batch normalization
 (``BatchNormalization`` and ``BatchNormalizationGrad`` in
-functions/normalization.py), on NCHW C-ordered float32 with a channel
-count that is a multiple of 8, run in oneDNN's blocked layout with the
-arrays reordered in and out at each call. Written, tested, and not
-registered: the reorders cost more than oneDNN saves except on small maps
-with many channels (bench/README.md, "oneDNN kernels"); it would pay with
-the blocked layout kept between the ops.
+functions/normalization.py), on channels-last float32 arrays: the
+layout the oneDNN convolutions return (``_plan.py``), on which oneDNN's
+jit code runs without a reorder (fwd + bwd 3-11x the NumPy kernel's
+speed on NCHW at batch 32 from 14x14 to 2x2; bench/onednn_layers.py).
+x in any other layout is declined: on NCHW oneDNN has only a generic loop,
+and reordering in and out of its blocked layout at each call cost more
+than it saved (0.23-0.82x the NumPy kernel, an earlier version).
 
 The forward fuses what oneDNN can of what ends a ResNet block:
 ``relu=True`` without a residual is its ``fuse_norm_relu`` flag; a
@@ -15,9 +16,8 @@ unimplemented). Like the body, the kernel leaves
 on the node the per-channel ``mean`` and ``inv_std`` that the backward
 reads, and updates the running statistics in place.
 
-Declined: other dtypes, other ranks than 4, a channel count that is not
-a multiple of 8, reduced axes other than all but the channel axis,
-arrays not C-ordered.
+Declined: other dtypes, other ranks than 4, reduced axes other than all
+but the channel axis, x not channels-last.
 """
 import numpy
 
@@ -27,22 +27,18 @@ from minichain.kernels.onednn._plan import Plan, cached
 _SCALE_SHIFT = L.USE_SCALE | L.USE_SHIFT
 
 
-def _usable(lay, x, *others):
-    return (x.ndim == 4 and x.shape[1] % 8 == 0 and lay.axes == (0, 2, 3)
-            and all(a.dtype == numpy.float32 and a.flags.c_contiguous
-                    for a in (x,) + others))
-
-
-def _blocked(shape):
-    """The md oneDNN's fast batch normalization runs on: channels in
-    blocks of 16 (or 8), innermost. On plain NCHW it has only a slow
-    generic implementation (1.8-16x the body's time, bench/README.md), so
-    each call reorders its NCHW arrays in and out (the plan's reorders)."""
-    return L.tagged(shape, L.NCHW16C if shape[1] % 16 == 0 else L.NCHW8C)
+def _usable(lay, x, params, others=()):
+    """Channels-last float32 x normalized per channel, its per-channel
+    ``params`` C-ordered (oneDNN reads them as they lie), ``others``
+    float32 in any layout oneDNN can describe."""
+    return (x.ndim == 4 and lay.axes == (0, 2, 3) and L.is_channels_last(x)
+            and all(a.dtype == numpy.float32 for a in (x,) + params + others)
+            and all(a.flags.c_contiguous for a in params)
+            and all(L.of(a) is not None for a in others))
 
 
 def _forward_pd(shape, eps, flags):
-    md = _blocked(shape)
+    md = L.channels_last(shape)
     return L.PrimitiveDesc(
         'dnnl_batch_normalization_forward_primitive_desc_create',
         lambda pd: L.lib.dnnl_batch_normalization_forward_primitive_desc_create(
@@ -52,8 +48,8 @@ def _forward_pd(shape, eps, flags):
 def batch_normalization(node, inputs):
     x, gamma, beta = inputs[:3]
     residual = inputs[3] if len(inputs) == 4 else None
-    others = (gamma, beta) + (() if residual is None else (residual,))
-    if not _usable(node.lay, x, *others):
+    if not _usable(node.lay, x, (gamma, beta),
+                   () if residual is None else (residual,)):
         return None
     # oneDNN 3.2's CPU code fuses relu but no residual add (see above)
     flags = _SCALE_SHIFT | (L.FUSE_NORM_RELU if node.relu and residual is None
@@ -100,16 +96,16 @@ def _forward_plan(shape, eps, flags):
             L.ARG_DST]
     if flags & L.FUSE_NORM_RELU:
         args.append(L.ARG_WORKSPACE)
-    return Plan(L.Primitive(pd, tuple(args)), {L.ARG_SRC: L.plain(shape)},
-                {L.ARG_DST: shape})
+    return Plan(L.Primitive(pd, tuple(args)), {},
+                {L.ARG_DST: shape}, channels_last=(L.ARG_DST,))
 
 
 def batch_normalization_grad(node, inputs):
     x, gamma, gy = inputs
-    if not _usable(node.lay, x, gamma, gy):
+    if not _usable(node.lay, x, (gamma,), (gy,)):
         return None
-    plan = cached(('bn_grad', x.shape, float(node.eps)),
-                  lambda: _backward_plan(x.shape, node.eps))
+    plan = cached(('bn_grad', x.shape, gy.strides, float(node.eps)),
+                  lambda: _backward_plan(x.shape, L.of(gy), node.eps))
     if plan is None:
         return None
     node.retain_inputs((0, 1, 2))
@@ -123,9 +119,12 @@ def batch_normalization_grad(node, inputs):
     return out[L.ARG_DIFF_SRC], out[L.ARG_DIFF_SCALE], out[L.ARG_DIFF_SHIFT]
 
 
-def _backward_plan(shape, eps):
+def _backward_plan(shape, gy_md, eps):
+    """gy in any layout (``gy_md``) is reordered to channels-last: a
+    gradient is often an NCHW array from NumPy code (the loss's side of
+    the network), or one of the sums of gradients."""
     hint = _forward_pd(shape, eps, _SCALE_SHIFT)
-    md = _blocked(shape)
+    md = L.channels_last(shape)
     create = L.lib.dnnl_batch_normalization_backward_primitive_desc_create
     pd = L.PrimitiveDesc(
         'dnnl_batch_normalization_backward_primitive_desc_create',
@@ -134,7 +133,6 @@ def _backward_plan(shape, eps):
     args = (L.ARG_SRC, L.ARG_MEAN, L.ARG_VARIANCE, L.ARG_DIFF_DST,
             L.ARG_SCALE, L.ARG_DIFF_SRC, L.ARG_DIFF_SCALE, L.ARG_DIFF_SHIFT)
     c = shape[1]
-    return Plan(L.Primitive(pd, args),
-                {L.ARG_SRC: L.plain(shape), L.ARG_DIFF_DST: L.plain(shape)},
+    return Plan(L.Primitive(pd, args), {L.ARG_DIFF_DST: gy_md},
                 {L.ARG_DIFF_SRC: shape, L.ARG_DIFF_SCALE: (c,),
-                 L.ARG_DIFF_SHIFT: (c,)})
+                 L.ARG_DIFF_SHIFT: (c,)}, channels_last=(L.ARG_DIFF_SRC,))
