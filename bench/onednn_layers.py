@@ -76,7 +76,7 @@ def main():
     bodies = (body,) * 3
     kernels = (K.convolution_2d, K.deconvolution_2d, K.convolution_2d_grad_w)
     # Every size, whatever the decline rules say: this measures them.
-    K._MIN_PIXELS = K._MIN_CHANNELS = 1
+    K._MIN_PIXELS = 1
     rng = numpy.random.default_rng(0)
     print('threads {} (OMP_NUM_THREADS), OMP_WAIT_POLICY={}; ms per '
           'fwd + bwd data + bwd weights'.format(

@@ -88,16 +88,24 @@ def _overlap(g):
     return math.ceil(g.kh / g.sy) * math.ceil(g.kw / g.sx)
 
 
+_LAYOUTS = {'nchw': lambda a: a, 'nhwc': _channels_last}
+
+
 @pytest.mark.parametrize('shape, k, s, p, cover_all', MAX_POOLS)
-def test_max_pooling_kernels_equal_bodies(shape, k, s, p, cover_all):
+@pytest.mark.parametrize('layout', ['nchw', 'nhwc'])
+def test_max_pooling_kernels_equal_bodies(shape, k, s, p, cover_all,
+                                          layout):
+    # C-ordered and channels-last (a batch normalization kernel's output)
     rng = numpy.random.default_rng(k + s + shape[2])
     n, c, h = shape
-    x = _rand(rng, n, c, h, h)
+    lay = _LAYOUTS[layout]
+    x = lay(_rand(rng, n, c, h, h))
     g = P._pool_geometry('max_pooling_2d', x, k, s, p, cover_all)
     # forward: the same maxima, and the same indexes (0 tolerance)
     (y,), _ = testing.assert_kernel_equals_body(
         _kernel(P.MaxPooling2D), P.MaxPooling2D(g), (x,))
-    gy = _rand(rng, *y.shape)
+    assert y.strides == lay(y).strides   # the input's layout
+    gy = lay(_rand(rng, *y.shape))
     body = P.MaxPooling2D(g)
     body.forward((x,))
     numpy_node = P.MaxPooling2D(g)
@@ -107,9 +115,10 @@ def test_max_pooling_kernels_equal_bodies(shape, k, s, p, cover_all):
     onednn_node = P.MaxPooling2D(g)
     _kernel(P.MaxPooling2D)(onednn_node, (x,))
     for indexes in (body.indexes, numpy_node.indexes, onednn_node.indexes):
-        testing.assert_kernel_equals_body(
+        (gx,), _ = testing.assert_kernel_equals_body(
             _kernel(P.MaxPooling2DGrad), P.MaxPooling2DGrad(g, indexes),
             (gy,), atol=_sum_tol(_overlap(g), abs(gy).max()))
+        assert gx.strides == x.strides
 
 
 def test_the_numpy_kernels_take_the_onednn_indexes():
@@ -131,18 +140,21 @@ def test_the_numpy_kernels_take_the_onednn_indexes():
 
 @pytest.mark.parametrize('shape, k, s, p', [
     ((2, 64, 112), 3, 2, 1), ((2, 8, 11), 3, 2, 1), ((2, 8, 10), 2, 2, 0)])
-def test_average_pooling_kernels_equal_bodies(shape, k, s, p):
+@pytest.mark.parametrize('layout', ['nchw', 'nhwc'])
+def test_average_pooling_kernels_equal_bodies(shape, k, s, p, layout):
     rng = numpy.random.default_rng(k + s + shape[2])
     n, c, h = shape
-    x = _rand(rng, n, c, h, h)
+    lay = _LAYOUTS[layout]
+    x = lay(_rand(rng, n, c, h, h))
     g = P._pool_geometry('average_pooling_2d', x, k, s, p, False)
     (y,), _ = testing.assert_kernel_equals_body(
         _kernel(P.AveragePooling2D), P.AveragePooling2D(g), (x,),
         atol=_sum_tol(k * k, abs(x).max()))
-    gy = _rand(rng, *y.shape)
-    testing.assert_kernel_equals_body(
+    gy = lay(_rand(rng, *y.shape))
+    (gx,), _ = testing.assert_kernel_equals_body(
         _kernel(P.AveragePooling2DGrad), P.AveragePooling2DGrad(g), (gy,),
         atol=_sum_tol(_overlap(g), abs(gy).max()))
+    assert y.strides == lay(y).strides and gx.strides == x.strides
 
 
 # the last maps of ResNet-50: 224 (imagenet stem), 32 (small), 28 (small2)

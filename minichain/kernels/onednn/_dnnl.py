@@ -35,10 +35,6 @@ STATUS = {1: 'out of memory', 2: 'invalid arguments', 3: 'unimplemented',
           6: 'not required'}
 S32, F32, U8 = 4, 3, 6          # dnnl_data_type_t: dnnl_s32, f32, u8
 FORMAT_ANY = 1                  # dnnl_format_tag_any
-# dnnl_format_tag_t: channels in blocks of 16 or 8, innermost (the layouts
-# of oneDNN's fast batch normalization; dnnl_nChw16c = dnnl_aBcd16b, and
-# dnnl_nChw8c = dnnl_aBcd8b, counted in the enum of dnnl_types.h)
-NCHW16C, NCHW8C = 78, 102
 CPU = 1                         # dnnl_engine_kind_t: dnnl_cpu
 STREAM_IN_ORDER = 1             # dnnl_stream_in_order
 FORWARD_TRAINING = 64           # dnnl_prop_kind_t

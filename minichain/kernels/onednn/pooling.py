@@ -1,5 +1,6 @@
-"""oneDNN kernels of pooling (functions/pooling.py) on C-ordered float32
-NCHW arrays: max pooling forward and backward (ResNet-50's 3x3/2 stem
+"""oneDNN kernels of pooling (functions/pooling.py) on C-ordered or
+channels-last float32 arrays (``_plan.py``; the output in the input's
+layout): max pooling forward and backward (ResNet-50's 3x3/2 stem
 pooling), average pooling forward and backward (padding counted, as
 Chainer's), and the global average pooling forward.
 
@@ -13,7 +14,7 @@ workspace. oneDNN's maximum skips NaN where the body's lets it win: an
 input holding NaN is declined (one pass of ``isnan`` over it), so that
 NaN propagates as documented.
 
-Declined: other dtypes, arrays not C-ordered, a window that can lie
+Declined: other dtypes, other layouts, a window that can lie
 wholly in the padding (cover_all with a stride beyond the window; the
 body gives -inf there), and geometries oneDNN refuses.
 """
@@ -23,9 +24,18 @@ from minichain.kernels.onednn import _dnnl as L
 from minichain.kernels.onednn._plan import Plan, cached
 
 
-def _usable(*arrays):
-    return all(a.dtype == numpy.float32 and a.ndim == 4
-               and a.flags.c_contiguous and a.size for a in arrays)
+def _layout(a):
+    """'nchw' for a C-ordered array, 'nhwc' for a channels-last one, None
+    for other layouts, dtypes and ranks, or an empty array."""
+    if a.dtype != numpy.float32 or a.ndim != 4 or not a.size:
+        return None
+    if a.flags.c_contiguous:
+        return 'nchw'
+    return 'nhwc' if L.is_channels_last(a) else None
+
+
+def _md(shape, layout):
+    return L.channels_last(shape) if layout == 'nhwc' else L.plain(shape)
 
 
 def _geometry(g):
@@ -44,8 +54,8 @@ def _shapes(g, n, c):
     return (n, c, g.h, g.w), (n, c, g.oh, g.ow)
 
 
-def _forward_pd(alg, x_shape, y_shape, geo):
-    src, dst = L.plain(x_shape), L.plain(y_shape)
+def _forward_pd(alg, x_shape, y_shape, geo, layout):
+    src, dst = _md(x_shape, layout), _md(y_shape, layout)
     return L.PrimitiveDesc(
         'dnnl_pooling_forward_primitive_desc_create',
         lambda pd: L.lib.dnnl_pooling_forward_primitive_desc_create(
@@ -53,16 +63,17 @@ def _forward_pd(alg, x_shape, y_shape, geo):
             *(L.dims(v) for v in geo), None))
 
 
-def _forward_plan(alg, x_shape, y_shape, geo):
-    pd = _forward_pd(alg, x_shape, y_shape, geo)
+def _forward_plan(alg, x_shape, y_shape, geo, layout='nchw'):
+    pd = _forward_pd(alg, x_shape, y_shape, geo, layout)
     args = (L.ARG_SRC, L.ARG_DST) + ((L.ARG_WORKSPACE,)
                                      if alg == L.POOLING_MAX else ())
-    return Plan(L.Primitive(pd, args), {}, {L.ARG_DST: y_shape})
+    return Plan(L.Primitive(pd, args), {}, {L.ARG_DST: y_shape},
+                channels_last=(L.ARG_DST,) if layout == 'nhwc' else ())
 
 
-def _backward_plan(alg, x_shape, y_shape, geo):
-    hint = _forward_pd(alg, x_shape, y_shape, geo)
-    diff_src, diff_dst = L.plain(x_shape), L.plain(y_shape)
+def _backward_plan(alg, x_shape, y_shape, geo, layout):
+    hint = _forward_pd(alg, x_shape, y_shape, geo, layout)
+    diff_src, diff_dst = _md(x_shape, layout), _md(y_shape, layout)
     pd = L.PrimitiveDesc(
         'dnnl_pooling_backward_primitive_desc_create',
         lambda pd: L.lib.dnnl_pooling_backward_primitive_desc_create(
@@ -71,17 +82,18 @@ def _backward_plan(alg, x_shape, y_shape, geo):
     args = (L.ARG_DIFF_DST, L.ARG_DIFF_SRC) + ((L.ARG_WORKSPACE,)
                                                if alg == L.POOLING_MAX
                                                else ())
-    return Plan(L.Primitive(pd, args), {}, {L.ARG_DIFF_SRC: x_shape})
+    return Plan(L.Primitive(pd, args), {}, {L.ARG_DIFF_SRC: x_shape},
+                channels_last=(L.ARG_DIFF_SRC,) if layout == 'nhwc' else ())
 
 
-def _plan(direction, alg, g, n, c):
+def _plan(direction, alg, g, n, c, layout):
     geo = _geometry(g)
     if geo is None:
         return None
     x_shape, y_shape = _shapes(g, n, c)
     build = _forward_plan if direction == 'fwd' else _backward_plan
-    return cached(('pool', direction, alg, x_shape, y_shape, geo),
-                  lambda: build(alg, x_shape, y_shape, geo))
+    return cached(('pool', direction, alg, x_shape, y_shape, geo, layout),
+                  lambda: build(alg, x_shape, y_shape, geo, layout))
 
 
 def _offsets_type(g):
@@ -98,10 +110,13 @@ def _indexes(workspace, g):
     return workspace.astype(numpy.int32, copy=False)
 
 
-def _workspace(indexes, g):
+def _workspace(indexes, g, layout):
     """Any node's ``indexes`` (the body's int32, the NumPy kernel's int8,
-    this kernel's) as oneDNN's workspace: the same offsets."""
+    this kernel's) as oneDNN's workspace: the same offsets, in the
+    layout of the arrays (oneDNN's workspace follows its dst's)."""
     want = _offsets_type(g)
+    if layout == 'nhwc':
+        indexes = indexes.transpose(0, 2, 3, 1)
     if want == numpy.uint8 and indexes.dtype == numpy.int8:
         return numpy.ascontiguousarray(indexes).view(numpy.uint8)
     return numpy.ascontiguousarray(indexes, want)
@@ -111,12 +126,18 @@ def _workspace(indexes, g):
 def max_pooling_2d(node, inputs):
     x, = inputs
     g = node.g
-    if not _usable(x) or numpy.isnan(x).any():
+    layout = _layout(x)
+    if layout is None or numpy.isnan(x).any():
         return None
-    plan = _plan('fwd', L.POOLING_MAX, g, *x.shape[:2])
+    plan = _plan('fwd', L.POOLING_MAX, g, *x.shape[:2], layout)
     if plan is None:
         return None
-    indexes = numpy.empty(x.shape[:2] + (g.oh, g.ow), _offsets_type(g))
+    n, c = x.shape[:2]
+    if layout == 'nhwc':   # indexes[n, c, i, j] over NHWC memory, as y
+        indexes = numpy.empty((n, g.oh, g.ow, c), _offsets_type(g)
+                              ).transpose(0, 3, 1, 2)
+    else:
+        indexes = numpy.empty((n, c, g.oh, g.ow), _offsets_type(g))
     y = plan({L.ARG_SRC: x, L.ARG_WORKSPACE: indexes})[L.ARG_DST]
     node.indexes = _indexes(indexes, g)
     return y,
@@ -125,21 +146,24 @@ def max_pooling_2d(node, inputs):
 def max_pooling_2d_grad(node, inputs):
     gy, = inputs
     g = node.g
-    if not _usable(gy):
+    layout = _layout(gy)
+    if layout is None:
         return None
-    plan = _plan('bwd', L.POOLING_MAX, g, *gy.shape[:2])
+    plan = _plan('bwd', L.POOLING_MAX, g, *gy.shape[:2], layout)
     if plan is None:
         return None
-    ws = _workspace(node.indexes, g)
+    ws = _workspace(node.indexes, g, layout)
     return plan({L.ARG_DIFF_DST: gy, L.ARG_WORKSPACE: ws})[L.ARG_DIFF_SRC],
 
 
 # -- average pooling ----------------------------------------------------------
 def average_pooling_2d(node, inputs):
     x, = inputs
-    if not _usable(x):
+    layout = _layout(x)
+    if layout is None:
         return None
-    plan = _plan('fwd', L.POOLING_AVG_INCLUDE_PADDING, node.g, *x.shape[:2])
+    plan = _plan('fwd', L.POOLING_AVG_INCLUDE_PADDING, node.g, *x.shape[:2],
+                 layout)
     if plan is None:
         return None
     return plan({L.ARG_SRC: x})[L.ARG_DST],
@@ -147,10 +171,11 @@ def average_pooling_2d(node, inputs):
 
 def average_pooling_2d_grad(node, inputs):
     gy, = inputs
-    if not _usable(gy):
+    layout = _layout(gy)
+    if layout is None:
         return None
     plan = _plan('bwd', L.POOLING_AVG_INCLUDE_PADDING, node.g,
-                 *gy.shape[:2])
+                 *gy.shape[:2], layout)
     if plan is None:
         return None
     return plan({L.ARG_DIFF_DST: gy})[L.ARG_DIFF_SRC],
@@ -160,7 +185,7 @@ def global_average_pooling_2d(node, inputs):
     """The mean over each map: an average pooling whose window is the
     map."""
     x, = inputs
-    if not _usable(x):
+    if _layout(x) != 'nchw':
         return None
     n, c, h, w = x.shape
     geo = (h, w), (h, w), (0, 0), (0, 0), (0, 0)
