@@ -52,15 +52,25 @@ def _channels_last(a):
         0, 3, 1, 2)
 
 
+def _channel_major(a):
+    """``a``'s values over (C, N, H, W) memory (the NumPy kernels')."""
+    return numpy.ascontiguousarray(a.swapaxes(0, 1)).swapaxes(0, 1)
+
+
+_LAYOUTS = {'nchw': lambda a: a, 'nhwc': _channels_last,
+            'cnhw': _channel_major}
+
+
 @pytest.mark.parametrize('spec', BNS, ids=lambda s: 'n{}c{}h{}'.format(*s))
-@pytest.mark.parametrize('layout', ['nchw', 'nhwc'])
+@pytest.mark.parametrize('layout', ['nchw', 'nhwc', 'cnhw'])
 def test_relu_kernels_equal_bodies_bit_for_bit(spec, layout, monkeypatch):
     # every size, also those left to the NumPy kernel for speed; C-ordered
-    # arrays and the channels-last ones the convolutions return
+    # arrays, the channels-last ones of the oneDNN kernels and the
+    # channel-major ones of the NumPy kernels
     monkeypatch.setattr(onednn.activation, '_MIN_SIZE', 1)
     n, c, h = spec
     rng = numpy.random.default_rng(sum(spec))
-    lay = _channels_last if layout == 'nhwc' else (lambda a: a)
+    lay = _LAYOUTS[layout]
     x = lay(_rand(rng, n, c, h, h))
     (y,), _ = testing.assert_kernel_equals_body(_kernel(A.ReLU), A.ReLU(),
                                                 (x,))
@@ -70,10 +80,16 @@ def test_relu_kernels_equal_bodies_bit_for_bit(spec, layout, monkeypatch):
         assert out.strides == x.strides
 
 
-def test_relu_of_mixed_layouts_is_left_to_numpy():
+@pytest.mark.parametrize('gy_layout', ['nchw', 'cnhw'])
+def test_relu_grad_takes_gy_in_another_layout_and_returns_ys(gy_layout):
+    # where the kernels' layouts meet, a gradient summed from two layouts
+    # comes C-ordered: the result goes on in y's layout
     rng = numpy.random.default_rng(8)
-    y = _rand(rng, 4, 16, 16, 16)
-    assert _kernel(A.ReLUGrad)(A.ReLUGrad(), (y, _channels_last(y))) is None
+    y = _channels_last(_rand(rng, 4, 16, 16, 16))
+    gy = _LAYOUTS[gy_layout](_rand(rng, 4, 16, 16, 16))
+    (gx,), _ = testing.assert_kernel_equals_body(
+        _kernel(A.ReLUGrad), A.ReLUGrad(), (y, gy))
+    assert gx.strides == y.strides
 
 
 # -- pooling ------------------------------------------------------------------
@@ -86,9 +102,6 @@ MAX_POOLS = [((2, 64, 112), 3, 2, 1, False), ((2, 64, 112), 3, 2, 1, True),
 def _overlap(g):
     """How many windows share a pixel at most: the terms a gradient sums."""
     return math.ceil(g.kh / g.sy) * math.ceil(g.kw / g.sx)
-
-
-_LAYOUTS = {'nchw': lambda a: a, 'nhwc': _channels_last}
 
 
 @pytest.mark.parametrize('shape, k, s, p, cover_all', MAX_POOLS)
@@ -214,7 +227,7 @@ def test_other_dtypes_and_layouts_are_declined():
         assert _kernel(LinearFunction)(LinearFunction(), (m, m)) is None
         assert _kernel(M.MatMul)(M.MatMul(), (m, m.T.copy())) is None
     node = A.ReLU()
-    assert _kernel(A.ReLU)(node, (numpy.asfortranarray(big),)) is None
+    assert _kernel(A.ReLU)(node, (big[..., ::2],)) is None   # gaps
     assert node._output_indexes_to_retain is None   # nothing half-done
     assert _kernel(P.MaxPooling2D)(P.MaxPooling2D(g), (strided,)) is None
     # a product whose first operand is neither C- nor F-ordered

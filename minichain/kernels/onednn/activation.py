@@ -1,17 +1,24 @@
 """oneDNN kernels of ReLU and its gradient (functions/activation.py):
 oneDNN's eltwise ``relu`` forward, and its backward from the output
-(``relu_use_dst_for_bwd``, as ``ReLUGrad`` takes ``y``), on C-ordered
-or channels-last float32 arrays (all of a call's arrays in one of them;
-the output in it too). Bit for bit what the bodies compute: ``max(x, 0)`` and
-``gy`` where ``y > 0``, else 0 (no sums, nothing rounded).
+(``relu_use_dst_for_bwd``, as ``ReLUGrad`` takes ``y``), on float32
+arrays in any dense layout (C-ordered, the channels-last arrays of the
+oneDNN kernels, the channel-major ones of the NumPy kernels). The output
+takes the layout of ``x`` (forward) or ``y`` (backward); a ``gy`` in
+another layout is reordered into y's first. Why: where the oneDNN and
+NumPy kernels meet (the last stage on small maps runs on NumPy), a
+gradient sums two layouts and NumPy returns that sum C-ordered; handed
+on as it came, the C order would follow the identity shortcuts down a
+whole stage, every op there mixing layouts. Bit for bit what the bodies
+compute: ``max(x, 0)`` and ``gy`` where ``y > 0``, else 0 (no sums,
+nothing rounded).
 
-Declined: other dtypes, other layouts or a mix (NumPy handles those),
-and arrays under ``_MIN_SIZE`` elements.
+Declined: other dtypes, arrays with gaps or broadcast (zero) strides, and
+arrays under ``_MIN_SIZE`` elements.
 """
 import numpy
 
 from minichain.kernels.onednn import _dnnl as L
-from minichain.kernels.onednn._plan import Plan, cached
+from minichain.kernels.onednn._plan import cached
 
 
 # Below this many elements the NumPy kernel was as fast or faster (fwd +
@@ -21,30 +28,17 @@ from minichain.kernels.onednn._plan import Plan, cached
 _MIN_SIZE = 16384
 
 
-def _layout(*arrays):
-    """'nchw' when the arrays are all C-ordered, 'nhwc' when all are
-    channels-last, else None (then declined), for float32 arrays of at
-    least ``_MIN_SIZE`` elements."""
-    if not all(a.dtype == numpy.float32 and a.size >= _MIN_SIZE
-               and a.ndim <= L.MAX_NDIMS for a in arrays):
-        return None
-    if all(a.flags.c_contiguous for a in arrays):
-        return 'nchw'
-    if all(L.is_channels_last(a) for a in arrays):
-        return 'nhwc'
-    return None
+def _dense(a):
+    """Whether ``a`` is a float32 array of at least ``_MIN_SIZE`` elements
+    over one dense block of memory, in any order of its axes."""
+    if (a.dtype != numpy.float32 or a.size < _MIN_SIZE
+            or a.ndim > L.MAX_NDIMS or L.of(a) is None):
+        return False
+    order = sorted(range(a.ndim), key=lambda i: -a.strides[i])
+    return a.transpose(order).flags.c_contiguous
 
 
-def _md(shape, layout):
-    return L.channels_last(shape) if layout == 'nhwc' else L.plain(shape)
-
-
-def _out(layout):
-    return (L.ARG_DST, L.ARG_DIFF_SRC) if layout == 'nhwc' else ()
-
-
-def _forward_pd(shape, layout):
-    md = _md(shape, layout)
+def _forward_pd(md):
     return L.PrimitiveDesc(
         'dnnl_eltwise_forward_primitive_desc_create',
         lambda pd: L.lib.dnnl_eltwise_forward_primitive_desc_create(
@@ -54,39 +48,46 @@ def _forward_pd(shape, layout):
 
 def relu(node, inputs):
     x, = inputs
-    layout = _layout(x)
-    if layout is None:
+    if not _dense(x):
         return None
-    plan = cached(('relu', x.shape, layout), lambda: Plan(
-        L.Primitive(_forward_pd(x.shape, layout), (L.ARG_SRC, L.ARG_DST)),
-        {}, {L.ARG_DST: x.shape}, channels_last=_out(layout)))
-    if plan is None:
+    primitive = cached(('relu', x.shape, x.strides), lambda: L.Primitive(
+        _forward_pd(L.of(x)), (L.ARG_SRC, L.ARG_DST)))
+    if primitive is None:
         return None
+    y = numpy.empty_like(x)   # x's layout: the same md
+    primitive({L.ARG_SRC: x, L.ARG_DST: y})
     node.retain_outputs((0,))
-    return plan({L.ARG_SRC: x})[L.ARG_DST],
+    return y,
 
 
-def _backward_plan(shape, layout):
-    md = _md(shape, layout)
-    hint = _forward_pd(shape, layout)
+def _backward_primitive(y_md):
+    hint = _forward_pd(y_md)
     pd = L.PrimitiveDesc(
         'dnnl_eltwise_backward_primitive_desc_create',
         lambda pd: L.lib.dnnl_eltwise_backward_primitive_desc_create(
-            pd, L.engine, L.ELTWISE_RELU_USE_DST, md, md, md, 0.0, 0.0,
-            hint, None))
-    primitive = L.Primitive(pd, (L.ARG_DST, L.ARG_DIFF_DST, L.ARG_DIFF_SRC))
-    return Plan(primitive, {}, {L.ARG_DIFF_SRC: shape},
-                channels_last=_out(layout))
+            pd, L.engine, L.ELTWISE_RELU_USE_DST, y_md, y_md, y_md, 0.0,
+            0.0, hint, None))
+    return L.Primitive(pd, (L.ARG_DST, L.ARG_DIFF_DST, L.ARG_DIFF_SRC))
 
 
 def relu_grad(node, inputs):
     y, gy = inputs
-    layout = _layout(y, gy)
-    if layout is None or y.shape != gy.shape:
+    if not (_dense(y) and y.shape == gy.shape and gy.dtype == y.dtype
+            and L.of(gy) is not None):
         return None
-    plan = cached(('relu_grad', y.shape, layout),
-                  lambda: _backward_plan(y.shape, layout))
-    if plan is None:
+    primitive = cached(('relu_grad', y.shape, y.strides),
+                       lambda: _backward_primitive(L.of(y)))
+    if primitive is None:
         return None
+    if gy.strides != y.strides:
+        reorder = cached(('relu_grad_gy', y.shape, y.strides, gy.strides),
+                         lambda: L.reorder(L.of(gy), L.of(y)))
+        if reorder is None:
+            return None
+        inner = numpy.empty_like(y)
+        reorder({L.ARG_SRC: gy, L.ARG_DST: inner})
+        gy = inner
     node.retain_inputs((0,))
-    return plan({L.ARG_DST: y, L.ARG_DIFF_DST: gy})[L.ARG_DIFF_SRC],
+    gx = numpy.empty_like(y)
+    primitive({L.ARG_DST: y, L.ARG_DIFF_DST: gy, L.ARG_DIFF_SRC: gx})
+    return gx,
