@@ -56,11 +56,12 @@ _MIN_PIXELS = 9
 # Which layout the primitive itself runs on (its inputs are reordered
 # into it and its outputs out of it where they differ): NHWC, the layout
 # the kernels return (_plan.py), for 1x1 convolutions and on maps of at
-# least this many output pixels, where oneDNN's NHWC code (brgconv) took
-# fwd + bwd data + bwd weights 1.05-1.16x (1x1) and 1.46x (3x3 at 14x14)
-# faster than the blocked layout with NCHW reorders; on smaller maps the
-# blocked layout ('any') is faster even with the reorders (3x3 at 7x7
-# 0.96x, 4x4 0.76x on NHWC; bench/onednn_layers.py).
+# least this many output pixels; else oneDNN's blocked layout ('any').
+# fwd + bwd data + bwd weights of a 3x3 at batch 32, NHWC / blocked in
+# ms: 8.6 / 14.3 at 14x14, 8.9 / 8.3 at 7x7, 13.8 / 11.4 at 4x4, 35.0 /
+# 22.3 at 2x2 (bench/onednn_layers.py, bench/README.md); the NHWC code
+# (brgconv) also took 1x1 convolutions 1.05-1.16x faster than blocked
+# with reorders.
 _NHWC_MIN_PIXELS = 100
 
 
