@@ -134,11 +134,13 @@ def test_max_pooling_kernels_equal_bodies(shape, k, s, p, cover_all,
         assert gx.strides == x.strides
 
 
-def test_the_numpy_kernels_take_the_onednn_indexes():
+@pytest.mark.parametrize('layout', ['nchw', 'nhwc'])
+def test_the_numpy_kernels_take_the_onednn_indexes(layout):
     # The backward may run on the NumPy kernels (a gy oneDNN declines)
-    # after a oneDNN forward, and the double backward always does.
+    # after a oneDNN forward, and the double backward always does; on
+    # channels-last x the indexes lie over NHWC memory too.
     rng = numpy.random.default_rng(5)
-    x = _rand(rng, 2, 4, 11, 11)
+    x = _LAYOUTS[layout](_rand(rng, 2, 4, 11, 11))
     g = P._pool_geometry('max_pooling_2d', x, 3, 2, 1, False)
     node = P.MaxPooling2D(g)
     _kernel(P.MaxPooling2D)(node, (x,))
