@@ -242,11 +242,17 @@ def plain(shape, strides=None):
     return Desc(h)
 
 
+def describable(array):
+    """Whether :func:`of` can describe ``array`` (float32, strides positive
+    and whole elements), checked without creating an md."""
+    return array.dtype == numpy.float32 and all(
+        s > 0 and s % 4 == 0 for s in array.strides)
+
+
 def of(array):
     """The md of a float32 NumPy array as it lies in memory (any positive
     strides), or None when oneDNN cannot describe it."""
-    if array.dtype != numpy.float32 or any(
-            s <= 0 or s % 4 for s in array.strides):
+    if not describable(array):
         return None
     return plain(array.shape, [s // 4 for s in array.strides])
 

@@ -17,6 +17,7 @@ arrays under ``_MIN_SIZE`` elements.
 """
 import numpy
 
+from minichain.kernels.numpy._layout import dense_order
 from minichain.kernels.onednn import _dnnl as L
 from minichain.kernels.onednn._plan import cached
 
@@ -31,11 +32,8 @@ _MIN_SIZE = 16384
 def _dense(a):
     """Whether ``a`` is a float32 array of at least ``_MIN_SIZE`` elements
     over one dense block of memory, in any order of its axes."""
-    if (a.dtype != numpy.float32 or a.size < _MIN_SIZE
-            or a.ndim > L.MAX_NDIMS or L.of(a) is None):
-        return False
-    order = sorted(range(a.ndim), key=lambda i: -a.strides[i])
-    return a.transpose(order).flags.c_contiguous
+    return (a.dtype == numpy.float32 and a.size >= _MIN_SIZE
+            and a.ndim <= L.MAX_NDIMS and dense_order(a) is not None)
 
 
 def _forward_pd(md):
@@ -73,7 +71,7 @@ def _backward_primitive(y_md):
 def relu_grad(node, inputs):
     y, gy = inputs
     if not (_dense(y) and y.shape == gy.shape and gy.dtype == y.dtype
-            and L.of(gy) is not None):
+            and L.describable(gy)):
         return None
     primitive = cached(('relu_grad', y.shape, y.strides),
                        lambda: _backward_primitive(L.of(y)))

@@ -35,7 +35,7 @@ def _usable(lay, x, params, others=()):
     return (x.ndim == 4 and lay.axes == (0, 2, 3) and L.is_channels_last(x)
             and all(a.dtype == numpy.float32 for a in (x,) + params + others)
             and all(a.flags.c_contiguous for a in params)
-            and all(L.of(a) is not None for a in others))
+            and all(L.describable(a) for a in others))
 
 
 def _forward_pd(shape, eps, flags):
