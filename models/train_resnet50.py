@@ -49,7 +49,7 @@ if not __package__:  # run as a file: `import models` would fail below
 
 from minichain import backend, dist, initializers  # noqa: E402
 from minichain import links as L  # noqa: E402
-from minichain import optimizer_hooks, optimizers, serializers  # noqa
+from minichain import optimizers, serializers  # noqa
 from minichain import host, training  # noqa: E402
 from minichain.training import extensions, triggers  # noqa: E402
 from models import train_budget, train_checks, train_data  # noqa: E402
@@ -240,12 +240,13 @@ def train(args, comm):
             train_checks.snapshot_bytes(model))
     model.to_device(device)
 
+    # Weight decay in the rule, not as a WeightDecay hook: the same numbers,
+    # and a kernel can fold it into the update's one pass over the arrays.
     optimizer = dist.create_multi_node_optimizer(
-        optimizers.MomentumSGD(lr=args.lr, momentum=args.momentum), comm,
+        optimizers.MomentumSGD(lr=args.lr, momentum=args.momentum,
+                               weight_decay_rate=args.weight_decay), comm,
         nan_check=args.nan_check == 'on', overlap=args.overlap,
         bucket_mb=args.bucket_mb).setup(model)
-    if args.weight_decay:
-        optimizer.add_hook(optimizer_hooks.WeightDecay(args.weight_decay))
     optimizer.broadcast_params()  # start equal: the first update steps too
 
     train_iter, val_iter = train_data.iterators(args, comm, train_set,

@@ -11,8 +11,8 @@ statistics, within float32 tolerances derived from each op's sums
 (:func:`_tolerances`). At the main job's shape (28 px, the small2 stem)
 every case also runs again on C-contiguous copies, the other route of
 most kernels. Ops that ResNet-50 does not use (average pooling, MatMul,
-the max-pooling gather of double backprop) get cases of their own, and
-so does MomentumSGD's update, at every parameter shape.
+the max-pooling gather of double backprop) get cases of their own.
+(MomentumSGD's oneDNN update: tests/kernels/test_onednn_update.py.)
 """
 import copy
 

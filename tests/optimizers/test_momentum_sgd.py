@@ -2,7 +2,8 @@
 import numpy
 import pytest
 
-from minichain import optimizers
+import minichain
+from minichain import optimizer_hooks, optimizers
 from tests._holder import Holder
 
 
@@ -45,3 +46,45 @@ def test_state_follows_param_dtype():
 def test_bad_momentum():
     with pytest.raises(ValueError, match='MomentumSGD: momentum'):
         optimizers.MomentumSGD(momentum=1.5)
+
+
+def test_weight_decay_rate_gives_the_hooks_numbers_bit_for_bit():
+    # The rule's decay and the WeightDecay hook round the same operations
+    # in the same order: a script may use either (the bodies; no kernel).
+    rng = numpy.random.default_rng(0)
+    w0 = rng.standard_normal((5, 7)).astype(numpy.float32)
+    grads = [rng.standard_normal((5, 7)).astype(numpy.float32)
+             for _ in range(3)]
+    results = []
+    for in_rule in (True, False):
+        link = Holder(w=w0.copy())
+        if in_rule:
+            opt = optimizers.MomentumSGD(lr=0.3, momentum=0.8,
+                                         weight_decay_rate=0.01)
+        else:
+            opt = optimizers.MomentumSGD(lr=0.3, momentum=0.8)
+        opt.setup(link)
+        if not in_rule:
+            opt.add_hook(optimizer_hooks.WeightDecay(0.01))
+        with minichain.using_config('use_kernels', False):
+            for g in grads:
+                link.w.grad = g.copy()
+                opt.update()
+        results.append(link.w.array)
+    numpy.testing.assert_array_equal(results[0], results[1])
+    assert not numpy.array_equal(results[0], w0)
+
+
+def test_weight_decay_by_hand():
+    link = Holder(w=[2.0])
+    opt = optimizers.MomentumSGD(lr=0.1, momentum=0.5,
+                                 weight_decay_rate=0.5).setup(link)
+    link.w.grad = numpy.array([1.0])
+    opt.update()   # v = -0.1 * (1 + 0.5 * 2) = -0.2; w = 1.8
+    numpy.testing.assert_allclose(link.w.array, [1.8], atol=1e-15)
+    assert opt.weight_decay_rate == 0.5
+
+
+def test_bad_weight_decay_rate():
+    with pytest.raises(ValueError, match='MomentumSGD: weight_decay_rate'):
+        optimizers.MomentumSGD(weight_decay_rate=-1e-4)

@@ -25,7 +25,8 @@ from minichain.functions import normalization as _norm
 from minichain.functions import pooling as _pool
 from minichain.kernels.onednn import _dnnl
 from minichain.kernels.onednn import (activation, convolution, linear,
-                                      normalization, pooling)
+                                      normalization, optimizers, pooling)
+from minichain.optimizers.momentum_sgd import MomentumSGDRule as _MSGD
 
 _MODES = ('auto', 'always', 'never')
 _load_error = None   # why the library did not load (a sentence), once tried
@@ -89,6 +90,9 @@ def _gated(kernel):
 #   the convolutions return (normalization.py): 3.6-8.5x the NumPy
 #   kernel on NCHW, 1.3-4.7x on channel-major arrays, at ResNet-50's
 #   shapes (Intel Xeon, AVX-512, 2026-12-02, bench/onednn_layers.py).
+# - MomentumSGD's update (optimizers.py): 1.64x the body over ResNet-50's
+#   parameters with weight decay, 1.92x the body plus the WeightDecay
+#   hook (one thread, Intel Xeon, 2026-12-03, bench/onednn_update.py).
 # Written, tested and not registered:
 # - global average pooling: 0.07-0.08x (NumPy's mean over contiguous
 #   maps is one pass; oneDNN's whole-map window is not);
@@ -106,6 +110,7 @@ REGISTERED = (
     (_pool.MaxPooling2DGrad, pooling.max_pooling_2d_grad),
     (_pool.AveragePooling2D, pooling.average_pooling_2d),
     (_pool.AveragePooling2DGrad, pooling.average_pooling_2d_grad),
+    (_MSGD, optimizers.momentum_sgd),
 )
 UNREGISTERED = (
     (_pool.GlobalAveragePooling2D, pooling.global_average_pooling_2d),

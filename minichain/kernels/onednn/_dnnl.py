@@ -45,6 +45,7 @@ BACKWARD_WEIGHTS = 192
 CONVOLUTION_DIRECT = 0x1        # dnnl_alg_kind_t
 ELTWISE_RELU, ELTWISE_RELU_USE_DST = 0x20, 0x100
 POOLING_MAX, POOLING_AVG_INCLUDE_PADDING = 0x1ff, 0x2ff
+BINARY_ADD = 0x1fff0
 USE_SCALE, USE_SHIFT = 0x2, 0x4     # dnnl_normalization_flags_t
 FUSE_NORM_RELU, FUSE_NORM_ADD_RELU = 0x8, 0x10
 QUERY_IMPL_INFO_STR = 8                         # dnnl_query_t
@@ -57,6 +58,7 @@ ARG_SRC, ARG_SRC_1, ARG_DST = 1, 2, 17          # DNNL_ARG_*
 ARG_WEIGHTS, ARG_BIAS = 33, 41
 ARG_MEAN, ARG_VARIANCE, ARG_SCALE, ARG_SHIFT = 49, 50, 51, 52
 ARG_WORKSPACE = 64
+ARG_ATTR_SCALES = 4096          # | ARG_*: scales given at execute time
 ARG_DIFF_SRC, ARG_DIFF_SRC_1, ARG_DIFF_DST = 129, 130, 145
 ARG_DIFF_WEIGHTS, ARG_DIFF_BIAS = 161, 169
 ARG_DIFF_SCALE, ARG_DIFF_SHIFT = 255, 256
@@ -186,7 +188,15 @@ def _declare(lib):
             (P, H, H, H, H, H, H),
         'dnnl_inner_product_backward_weights_primitive_desc_create':
             (P, H, H, H, H, H, H, H),
+        'dnnl_binary_primitive_desc_create': (P, H, I, H, H, H, H),
         'dnnl_primitive_desc_query': (H, I, I, H),
+        'dnnl_primitive_attr_create': (P,),
+        'dnnl_primitive_attr_destroy': (H,),
+        'dnnl_primitive_attr_set_scales_mask': (H, I, I),
+        'dnnl_primitive_attr_set_post_ops': (H, H),
+        'dnnl_post_ops_create': (P,),
+        'dnnl_post_ops_destroy': (H,),
+        'dnnl_post_ops_append_sum': (H, F, ctypes.c_int32, I),
     }
     for name, args in status.items():
         fn = getattr(lib, name)
@@ -362,16 +372,17 @@ class Primitive:
     lock keeps two Python threads from re-pointing them at once.
     """
 
-    def __init__(self, pd, args):
+    def __init__(self, pd, args, mds=None):
         self.pd = pd
         self.handle = _handle()
         check('dnnl_primitive_create',
               lib.dnnl_primitive_create(ctypes.byref(self.handle), pd))
         self.memory = {}
+        mds = mds or {}   # args the pd has no md for (runtime scales)
         for arg in args:
             m = _handle()
             check('dnnl_memory_create', lib.dnnl_memory_create(
-                ctypes.byref(m), pd.md(arg), engine, None))
+                ctypes.byref(m), mds.get(arg) or pd.md(arg), engine, None))
             self.memory[arg] = m
         self._args = (_ExecArg * len(args))(
             *[_ExecArg(a, m) for a, m in self.memory.items()])

@@ -1,0 +1,142 @@
+"""oneDNN kernel of MomentumSGD's update (optimizers/momentum_sgd.py).
+
+The update is memory-bound: per element it reads the parameter, its
+gradient and its velocity and writes two of them back, and it does no
+more arithmetic than that. The body, in NumPy ufuncs one after another,
+passes over the arrays 15 times with weight decay (10 without), about
+1.4 GB per step for ResNet-50's 23.5 million parameters; here two
+oneDNN binary primitives pass 7 times (5):
+
+    v     <- mu * v + (-lr) * g + (-lr * wd) * param    (one pass)
+    param <- param + v                                 (in place)
+
+The first is a binary add of ``g`` and ``param`` with their scales given
+at execute time (the learning rate changes every iteration; a primitive
+built per rate would be built every step), and a *sum post-op* of scale
+``mu`` that adds the old ``v`` as it writes the new one. Without weight
+decay it is ``v <- mu * v + (-lr) * g`` in place, both scales at
+execute time (``param`` is not read: ``0 * inf`` would be NaN where the
+body stays finite). The primitives are cached per size, momentum and
+form; they see every array as one flat run of float32.
+
+Rounded differently from the body (``lr * wd`` is one float32 scale here,
+the products are fused), by a few units in the last place of the terms:
+tests/kernels/test_onednn_update.py bounds it. Declined: other dtypes,
+arrays that are not C-contiguous, and arrays under ``_MIN_SIZE``
+elements (batch normalization's scales and shifts: two executes cost
+more than NumPy's few ufunc calls there).
+"""
+import ctypes
+
+import numpy
+
+from minichain.kernels.onednn import _dnnl as L
+from minichain.kernels.onednn._plan import cached
+
+# Below this many elements the body was as fast or faster: two executes
+# through ctypes cost about 40 us (body / oneDNN 0.58x at 4096, 0.87x at
+# 65536, 1.23x at 262144, 1.48x at 1048576 elements; one thread, Intel
+# Xeon, 2026-12-03, bench/onednn_update.py).
+_MIN_SIZE = 131072
+_SCALE_0 = L.ARG_ATTR_SCALES | L.ARG_SRC
+_SCALE_1 = L.ARG_ATTR_SCALES | L.ARG_SRC_1
+
+
+class Attr:
+    """Primitive attributes that this object owns: one scale per tensor,
+    given at execute time, for each argument in ``scales`` (as
+    ``ARG_ATTR_SCALES | arg``, a float32 array of one element), and with
+    ``sum_scale`` a sum post-op, ``dst = sum_scale * dst + result``.
+    A primitive descriptor copies them when it is created."""
+
+    def __init__(self, scales=(), sum_scale=None):
+        self.handle = ctypes.c_void_p()
+        L.check('dnnl_primitive_attr_create',
+                L.lib.dnnl_primitive_attr_create(ctypes.byref(self.handle)))
+        for arg in scales:   # mask 0: one scale for the whole tensor
+            L.check('dnnl_primitive_attr_set_scales_mask',
+                    L.lib.dnnl_primitive_attr_set_scales_mask(
+                        self.handle, arg, 0))
+        if sum_scale is not None:
+            post_ops = ctypes.c_void_p()
+            L.check('dnnl_post_ops_create',
+                    L.lib.dnnl_post_ops_create(ctypes.byref(post_ops)))
+            try:   # zero point 0, data type undef (0): dst's own
+                L.check('dnnl_post_ops_append_sum',
+                        L.lib.dnnl_post_ops_append_sum(post_ops, sum_scale,
+                                                       0, 0))
+                L.check('dnnl_primitive_attr_set_post_ops',
+                        L.lib.dnnl_primitive_attr_set_post_ops(self.handle,
+                                                               post_ops))
+            finally:
+                L.lib.dnnl_post_ops_destroy(post_ops)
+
+    @property
+    def _as_parameter_(self):
+        return self.handle
+
+    def __del__(self):
+        if L.lib is not None and self.handle:
+            L.lib.dnnl_primitive_attr_destroy(self.handle)
+
+
+def _binary_add(n, attr):
+    """A primitive computing dst = src_0 + src_1 (as ``attr`` scales and
+    post-processes them) on flat float32 arrays of ``n`` elements."""
+    md = L.plain((n,))
+    pd = L.PrimitiveDesc(
+        'dnnl_binary_primitive_desc_create',
+        lambda pd: L.lib.dnnl_binary_primitive_desc_create(
+            pd, L.engine, L.BINARY_ADD, md, md, md, attr))
+    args = (L.ARG_SRC, L.ARG_SRC_1, L.ARG_DST)
+    if attr is None:
+        return L.Primitive(pd, args)
+    one = L.plain((1,))
+    return L.Primitive(pd, args + (_SCALE_0, _SCALE_1),
+                       mds={_SCALE_0: one, _SCALE_1: one})
+
+
+def _velocity(n, momentum):
+    """v <- momentum * v + s_0 * g + s_1 * param (with weight decay)."""
+    return _binary_add(n, Attr((L.ARG_SRC, L.ARG_SRC_1), momentum))
+
+
+def _velocity_plain(n):
+    """v <- s_0 * v + s_1 * g, in place (without weight decay)."""
+    return _binary_add(n, Attr((L.ARG_SRC, L.ARG_SRC_1)))
+
+
+def _flat_f32(a):
+    return (a.dtype == numpy.float32 and a.flags.c_contiguous
+            and a.size >= _MIN_SIZE)
+
+
+def momentum_sgd(rule, param):
+    """Update ``param`` in place as ``MomentumSGDRule.update_core`` does;
+    True when done, None to decline."""
+    hp = rule.hyperparam
+    p, g, v = param.array, param.grad, rule.state['v']
+    if not (_flat_f32(p) and _flat_f32(g) and _flat_f32(v)
+            and p.shape == g.shape == v.shape):
+        return None
+    n, mu = p.size, float(hp.momentum)
+    p1, g1, v1 = p.reshape(-1), g.reshape(-1), v.reshape(-1)
+    step = numpy.array([-hp.lr], numpy.float32)
+    if hp.weight_decay_rate:
+        velocity = cached(('momentum_sgd', n, mu),
+                          lambda: _velocity(n, mu))
+        args = {L.ARG_SRC: g1, L.ARG_SRC_1: p1, L.ARG_DST: v1,
+                _SCALE_1: numpy.array([-hp.lr * hp.weight_decay_rate],
+                                      numpy.float32)}
+    else:
+        velocity = cached(('momentum_sgd_plain', n),
+                          lambda: _velocity_plain(n))
+        args = {L.ARG_SRC: v1, L.ARG_SRC_1: g1, L.ARG_DST: v1,
+                _SCALE_1: step, _SCALE_0: numpy.array([mu], numpy.float32)}
+    move = cached(('add_in_place', n), lambda: _binary_add(n, None))
+    if velocity is None or move is None:
+        return None
+    args.setdefault(_SCALE_0, step)
+    velocity(args)
+    move({L.ARG_SRC: p1, L.ARG_SRC_1: v1, L.ARG_DST: p1})
+    return True
