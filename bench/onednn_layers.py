@@ -2,7 +2,8 @@
 
 For each ResNet-50 layer kind at batch 32 (small2 and ImageNet maps):
 a convolution's forward + backward data + backward weights, and batch
-normalization's forward (ReLU fused) + backward, timed as oneDNN kernel
+normalization's forward (ReLU fused) + backward, and its inference-mode
+forward (an evaluation's), timed as oneDNN kernel
 (``minichain/kernels/onednn``) and as the op's body (``node.forward``)
 in alternation, the median of ``--reps`` turns each; the ratio is body
 time / oneDNN time (above 1: oneDNN faster). Inputs are channels-last,
@@ -149,6 +150,26 @@ def main():
         print('{:<28} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>15.2f}x'.format(
             ','.join(map(str, (n, c, h))), t_body, t_numpy, t_nchw, t_one,
             t_numpy / t_one))
+    _inference_bn(onednn, numpy_bn, body, channels_last, rng, args.reps)
+
+
+def _inference_bn(onednn, numpy_bn, body, channels_last, rng, reps):
+    """Inference-mode batch normalization (an evaluation's), on the
+    channels-last x the convolutions return: body, NumPy kernel, oneDNN."""
+    print('{:<28} {:>8} {:>8} {:>8} {:>16}'.format(
+        'inference batch norm n,c,h', 'body', 'NumPy', 'oneDNN',
+        'NumPy / oneDNN'))
+    for n, c, h in BNS:
+        x = channels_last(rng.standard_normal((n, c, h, h),
+                                              dtype=numpy.float32))
+        stats = [numpy.ones(c, numpy.float32) for _ in range(4)]
+        node = N.FixedBatchNormalization(Layout(x.shape, (0, 2, 3)), 2e-5)
+        inputs = (x,) + tuple(stats)
+        t = [_median_ms(lambda f=f: f(node, inputs), reps) for f in (
+            body, numpy_bn.fixed_batch_normalization,
+            onednn.normalization.fixed_batch_normalization)]
+        print('{:<28} {:>8.2f} {:>8.2f} {:>8.2f} {:>15.2f}x'.format(
+            ','.join(map(str, (n, c, h))), *t, t[1] / t[2]))
 
 
 if __name__ == '__main__':

@@ -98,7 +98,8 @@ def main():
         with link.init_scope():
             link.w = minichain.Parameter(numpy.zeros(size, numpy.float32))
         ratio = _pairs(_updater(link, 1e-4, 'never'),
-                       _updater(link, 1e-4, 'auto'), max(args.pairs, 2 ** 24 // size))
+                       _updater(link, 1e-4, 'auto'),
+                       max(args.pairs, 2 ** 24 // size))
         print('one parameter of {:>7} elements: {:.2f} ({:.2f}-{:.2f}); '
               '{:.3f} ms / {:.3f} ms'.format(size, *ratio))
 

@@ -90,6 +90,9 @@ def _gated(kernel):
 #   the convolutions return (normalization.py): 3.6-8.5x the NumPy
 #   kernel on NCHW, 1.3-4.7x on channel-major arrays, at ResNet-50's
 #   shapes (Intel Xeon, AVX-512, 2026-12-02, bench/onednn_layers.py).
+# - inference-mode batch normalization on channels-last arrays: 1.5-3.2x
+#   the NumPy kernel; an evaluation's forward at batch 200 1.15x (one
+#   thread, Intel Xeon, 2026-12-03, bench/onednn_layers.py).
 # - MomentumSGD's update (optimizers.py): 1.64x the body over ResNet-50's
 #   parameters with weight decay, 1.92x the body plus the WeightDecay
 #   hook (one thread, Intel Xeon, 2026-12-03, bench/onednn_update.py).
@@ -104,6 +107,8 @@ REGISTERED = (
     (_conv.Convolution2DGradW, convolution.convolution_2d_grad_w),
     (_norm.BatchNormalization, normalization.batch_normalization),
     (_norm.BatchNormalizationGrad, normalization.batch_normalization_grad),
+    (_norm.FixedBatchNormalization,
+     normalization.fixed_batch_normalization),
     (_act.ReLU, activation.relu),
     (_act.ReLUGrad, activation.relu_grad),
     (_pool.MaxPooling2D, pooling.max_pooling_2d),
