@@ -106,6 +106,11 @@ def _velocity_plain(n):
     return _binary_add(n, Attr((L.ARG_SRC, L.ARG_SRC_1)))
 
 
+def _scale(value):
+    """An execute-time scale: a float32 array of one element."""
+    return numpy.array([value], numpy.float32)
+
+
 def _flat_f32(a):
     return (a.dtype == numpy.float32 and a.flags.c_contiguous
             and a.size >= _MIN_SIZE)
@@ -121,22 +126,20 @@ def momentum_sgd(rule, param):
         return None
     n, mu = p.size, float(hp.momentum)
     p1, g1, v1 = p.reshape(-1), g.reshape(-1), v.reshape(-1)
-    step = numpy.array([-hp.lr], numpy.float32)
     if hp.weight_decay_rate:
         velocity = cached(('momentum_sgd', n, mu),
                           lambda: _velocity(n, mu))
         args = {L.ARG_SRC: g1, L.ARG_SRC_1: p1, L.ARG_DST: v1,
-                _SCALE_1: numpy.array([-hp.lr * hp.weight_decay_rate],
-                                      numpy.float32)}
+                _SCALE_0: _scale(-hp.lr),
+                _SCALE_1: _scale(-hp.lr * hp.weight_decay_rate)}
     else:
         velocity = cached(('momentum_sgd_plain', n),
                           lambda: _velocity_plain(n))
         args = {L.ARG_SRC: v1, L.ARG_SRC_1: g1, L.ARG_DST: v1,
-                _SCALE_1: step, _SCALE_0: numpy.array([mu], numpy.float32)}
+                _SCALE_0: _scale(mu), _SCALE_1: _scale(-hp.lr)}
     move = cached(('add_in_place', n), lambda: _binary_add(n, None))
     if velocity is None or move is None:
         return None
-    args.setdefault(_SCALE_0, step)
     velocity(args)
     move({L.ARG_SRC: p1, L.ARG_SRC_1: v1, L.ARG_DST: p1})
     return True
