@@ -17,6 +17,7 @@ figures behind the sizes the kernels decline (bench/README.md, "oneDNN
 kernels").
 
     OMP_WAIT_POLICY=passive python bench/onednn_layers.py [--reps 7]
+        [--bn-only | --evaluation PAIRS]
 """
 import argparse
 import os
@@ -65,11 +66,17 @@ def main():
     parser.add_argument('--reps', type=int, default=7)
     parser.add_argument('--bn-only', action='store_true',
                         help='batch normalization only')
+    parser.add_argument('--evaluation', type=int, metavar='PAIRS',
+                        help="only make train's evaluation forward with "
+                        'and without the inference batch-norm kernel, in '
+                        'PAIRS interleaved pairs')
     args = parser.parse_args()
     from minichain.kernels import onednn
     if not onednn.available():
         sys.exit('onednn_layers: oneDNN is not installed: {}'.format(
             onednn._load_error))
+    if args.evaluation:
+        return _evaluation(onednn, args.evaluation)
     K, plan = onednn.convolution, onednn._plan
 
     def body(node, inputs):
@@ -170,6 +177,36 @@ def _inference_bn(onednn, numpy_bn, body, channels_last, rng, reps):
             onednn.normalization.fixed_batch_normalization)]
         print('{:<28} {:>8.2f} {:>8.2f} {:>8.2f} {:>15.2f}x'.format(
             ','.join(map(str, (n, c, h))), *t, t[1] / t[2]))
+
+
+
+def _evaluation(onednn, pairs):
+    """make train's evaluation forward (ResNet-50, small2 stem, 28 px,
+    batch 200, test mode), the inference batch-norm kernel declining
+    against registered, in interleaved pairs (onednn_ops._pairs)."""
+    import minichain
+    from minichain import kernels
+    from models.resnet import ResNet50, loss_and_accuracy
+    import onednn_ops
+    model = ResNet50(10, stem='small2', in_channels=1)
+    rng = numpy.random.default_rng(0)
+    x = rng.standard_normal((200, 1, 28, 28), dtype=numpy.float32)
+    t = rng.integers(0, 10, 200).astype(numpy.int32)
+    kernel = kernels.registered(N.FixedBatchNormalization, 'onednn')
+
+    def forward(with_kernel):
+        def run():
+            kernels.register(N.FixedBatchNormalization, 'onednn',
+                             kernel if with_kernel else
+                             (lambda node, inputs: None))
+            with minichain.using_config('train', False), \
+                    minichain.no_backprop_mode():
+                loss_and_accuracy(model, x, t)
+        return run
+    ratio = onednn_ops._pairs(forward(False), forward(True), pairs)
+    print('evaluation forward, batch 200, without / with the inference '
+          'batch-norm kernel: {:.2f}x ({:.2f}-{:.2f}), {} pairs, {} '
+          'thread(s)'.format(*ratio, pairs, onednn._dnnl.threads()))
 
 
 if __name__ == '__main__':

@@ -41,18 +41,22 @@ def _numpy(node_type):
     return kernel or (lambda node, inputs: node.forward(inputs))
 
 
-def _pairs(a, b, n):
-    """Median and quartiles of time(a) / time(b) over n pairs."""
+def _pairs(a, b, n, times=None):
+    """Median and quartiles of time(a) / time(b) over n pairs; with
+    ``times`` (a dict), each turn's seconds are also appended to its
+    lists ``'a'`` and ``'b'``."""
     a(), b()   # primitives built, memory touched
     ratios = []
     for i in range(n):
-        times = {}
+        turn = {}
         for name, fn in ((('a', a), ('b', b)) if i % 2 else
                          (('b', b), ('a', a))):
             start = time.perf_counter()
             fn()
-            times[name] = time.perf_counter() - start
-        ratios.append(times['a'] / times['b'])
+            turn[name] = time.perf_counter() - start
+            if times is not None:
+                times.setdefault(name, []).append(turn[name])
+        ratios.append(turn['a'] / turn['b'])
     return tuple(float(q) for q in numpy.percentile(ratios, (50, 25, 75)))
 
 

@@ -91,8 +91,8 @@ def _gated(kernel):
 #   kernel on NCHW, 1.3-4.7x on channel-major arrays, at ResNet-50's
 #   shapes (Intel Xeon, AVX-512, 2026-12-02, bench/onednn_layers.py).
 # - inference-mode batch normalization on channels-last arrays: 1.5-3.2x
-#   the NumPy kernel; an evaluation's forward at batch 200 1.15x (one
-#   thread, Intel Xeon, 2026-12-03, bench/onednn_layers.py).
+#   the NumPy kernel; an evaluation's forward at batch 200 1.07-1.08x
+#   (one thread, Intel Xeon, 2026-12-03, bench/onednn_layers.py).
 # - MomentumSGD's update (optimizers.py): 1.64x the body over ResNet-50's
 #   parameters with weight decay, 1.92x the body plus the WeightDecay
 #   hook (one thread, Intel Xeon, 2026-12-03, bench/onednn_update.py).
