@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-other-cpu train clean cuda-check test-openmpi test-slurm
+.PHONY: test test-other-cpu test-peeled train clean cuda-check test-openmpi \
+	test-slurm
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +21,15 @@ $(STAMP): setup.cfg pyproject.toml
 # instead of skipping when no launcher is found.
 test: $(STAMP)
 	MINICHAIN_REQUIRE_MPI=1 $(VENV)/bin/python -m pytest
+
+# `make test-peeled`: the lesson without its layers (tests/peel.py): a copy
+# of the package with every layer folder and its `# layer:` line deleted
+# imports and passes the lesson's tests (the tape, the ops' gradient
+# checks, ResNet-50, every averaging mode against one process at 2 and 3
+# ranks, the reading order's docs pages); then each layer alone deleted.
+test-peeled: $(STAMP)
+	MINICHAIN_REQUIRE_MPI=1 $(VENV)/bin/python tests/peel.py
+	MINICHAIN_REQUIRE_MPI=1 $(VENV)/bin/python tests/peel.py --each
 
 # `make test-other-cpu`: the single-process tests again on the NumPy
 # kernels (oneDNN's off) with one BLAS (and minichain) thread and

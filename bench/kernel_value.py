@@ -67,7 +67,7 @@ def main():
         step()
     finally:
         kernels.forward = real_forward
-    numpy_kernels = sorted((k for k in kernels._registry
+    numpy_kernels = sorted((k for k in kernels.registry
                             if k[1] == 'numpy' and k[0] in met),
                            key=lambda k: k[0].__name__)
     variants = ['all'] + [k[0].__name__ for k in numpy_kernels] + ['none']
@@ -79,11 +79,11 @@ def main():
         if variant == 'all':
             return step()
         key = next(k for k in numpy_kernels if k[0].__name__ == variant)
-        kernel = kernels._registry.pop(key)
+        kernel = kernels.registry.pop(key)
         try:
             return step()
         finally:
-            kernels._registry[key] = kernel
+            kernels.registry[key] = kernel
 
     for _ in range(args.warmup):
         for v in variants:

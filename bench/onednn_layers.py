@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 from minichain.functions import convolution as C  # noqa: E402
 from minichain.functions import normalization as N  # noqa: E402
-from minichain.functions._channel_layout import Layout  # noqa: E402
+from minichain.functions.channel_layout import Layout  # noqa: E402
 
 # (batch, in channels, map, out channels, kernel, stride, pad)
 CONVS = [(32, 64, 14, 64, 3, 1, 1), (32, 128, 7, 128, 3, 1, 1),

@@ -18,6 +18,7 @@ from minichain import serializers  # noqa: F401
 from minichain.reporter import report, Reporter, report_scope  # noqa: F401
 from minichain.device import get_device  # noqa: F401
 from minichain import datasets, iterators, training, dataset  # noqa: F401
+from minichain import kernels  # layer: kernels
 # Chainer's module paths chainer.backends.cuda and chainer.cuda (one module).
 from minichain import backends  # noqa: F401
 from minichain.backends import cuda  # noqa: F401

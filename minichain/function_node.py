@@ -14,7 +14,7 @@ import weakref
 
 import numpy
 
-from minichain import backend, kernels
+from minichain import backend, kernel_seam
 from minichain.configuration import config
 
 
@@ -55,8 +55,8 @@ class FunctionNode:
             raise RuntimeError('{} was already applied; create a new instance '
                                'for each call'.format(self.label))
         in_vars = tuple(as_variable(x) for x in inputs)
-        # The seam: a registered kernel, else the body (kernels/__init__).
-        outputs = kernels.forward(self, tuple(x.array for x in in_vars))
+        # The seam: a registered kernel, else the body (kernel_seam.py).
+        outputs = kernel_seam.forward(self, tuple(x.array for x in in_vars))
         if not isinstance(outputs, tuple):
             raise TypeError('{}.forward must return a tuple of arrays, got {}'
                             .format(self.label, type(outputs).__name__))

@@ -17,7 +17,7 @@ import contextlib
 import math
 import numbers
 
-from minichain import backend, kernels
+from minichain import backend, kernel_seam
 from minichain.serializers.base import Deserializer
 
 
@@ -181,8 +181,8 @@ class UpdateRule:
                 self.init_state(param)
             else:
                 self._follow_device(param.array)
-            # The seam: a registered kernel, else update_core (kernels/).
-            kernels.update(self, param)
+            # The seam: a registered kernel, else update_core (kernel_seam.py).
+            kernel_seam.update(self, param)
 
     def init_state(self, param):
         """Create every state array as zeros like ``param.array``."""

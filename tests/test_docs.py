@@ -33,6 +33,20 @@ class Block(NamedTuple):
     line: int     # 1-based line of the block's first code line in the page
     code: str
     run: bool
+    layer: str = ''  # the layer it shows: not run where that is deleted
+
+
+# ``<!-- docs-test: layer NAME -->``: the next block shows layer NAME, and is
+# skipped where its folder was deleted (make test-peeled).
+LAYERS = {'kernels': 'minichain.kernels', 'guards': 'minichain.dist.guards',
+          'trace': 'minichain.dist.trace',
+          'transports': 'minichain.dist.transports',
+          'testing': 'minichain.dist.testing'}
+
+
+def installed(layer):
+    import importlib.util
+    return importlib.util.find_spec(LAYERS[layer]) is not None
 
 
 class Page(NamedTuple):
@@ -53,7 +67,7 @@ def parse_page(text, name='<page>', path=None):
         fence that is never closed.
     """
     lines = text.splitlines()
-    blocks, skip_next = [], None
+    blocks, skip_next, layer_next = [], None, None
     page = dict(skip='', gpu=False, nprocs=0)
     i = 0
     while i < len(lines):
@@ -67,6 +81,8 @@ def parse_page(text, name='<page>', path=None):
             mpi = _MPIEXEC.match(directive.group(1))
             if word == 'skip' and not rest:
                 skip_next = where
+            elif word == 'layer' and rest in LAYERS:
+                layer_next = (rest, where)
             elif word == 'skip-page':
                 page['skip'] = rest or 'marked skip-page'
             elif word == 'gpu' and not rest:
@@ -75,7 +91,8 @@ def parse_page(text, name='<page>', path=None):
                 page['nprocs'] = int(mpi.group(1))
             else:
                 raise ValueError('{}: unknown docs-test directive {!r} (known: '
-                                 'skip, skip-page REASON, gpu, mpiexec -n N)'
+                                 'skip, skip-page REASON, gpu, mpiexec -n N, '
+                                 'layer NAME)'
                                  .format(where, directive.group(1)))
         elif fence:
             indent, ticks, info = fence.groups()
@@ -92,12 +109,14 @@ def parse_page(text, name='<page>', path=None):
             run = (lang in RUNNABLE and 'no-run' not in words[1:]
                    and skip_next is None)
             if lang in RUNNABLE:
-                blocks.append(Block(i + 2, '\n'.join(body) + '\n', run))
-            skip_next = None
+                blocks.append(Block(i + 2, '\n'.join(body) + '\n', run,
+                                    layer_next[0] if layer_next else ''))
+            skip_next = layer_next = None
             i = end
-        elif skip_next is not None and line.strip():
-            raise ValueError('{}: the docs-test skip marker must sit right '
-                             'above a code block'.format(skip_next))
+        elif (skip_next or layer_next) and line.strip():
+            raise ValueError('{}: the docs-test skip or layer marker must sit '
+                             'right above a code block'.format(
+                                 skip_next or layer_next[1]))
         i += 1
     if skip_next is not None:
         raise ValueError('{}: the docs-test skip marker is not followed by a '
@@ -125,7 +144,7 @@ def run_page(page):
     """
     namespace = {'__name__': '__main__'}
     for block in page.blocks:
-        if not block.run:
+        if not block.run or (block.layer and not installed(block.layer)):
             continue
         # Padding puts each code line at its line number in the page.
         code = compile('\n' * (block.line - 1) + block.code, page.path, 'exec')
@@ -293,7 +312,7 @@ def test_page_markers():
     ('<!-- docs-test: skp -->\n', "p.md:1: unknown docs-test directive 'skp'"),
     ('<!-- docs-test: mpiexec -n two -->\n', 'unknown docs-test directive'),
     ('x\n<!-- docs-test: skip -->\nprose\n```python\n```\n',
-     'p.md:2: the docs-test skip marker must sit right above'),
+     'p.md:2: the docs-test skip or layer marker must sit right above'),
     ('<!-- docs-test: skip -->\n\n', 'is not followed by a code block'),
     ('```python\nx = 1\n', 'p.md:1: code fence is never closed'),
 ])
@@ -331,9 +350,11 @@ def test_mpiexec_mode_runs_every_rank(tmp_path):
 if __name__ == '__main__':  # a rank of _run_under_mpiexec
     from mpi4py import MPI
 
-    from minichain.dist.transports import shm_files
     # A page that fails ends in mpi4py's MPI_Abort, which skips MPICH's
-    # cleanup: unlink its files now, as minichain's communicators do.
+    # cleanup: unlink its files now, as minichain's guards do (where they
+    # are installed: make test-peeled deletes them).
     MPI.COMM_WORLD.Barrier()
-    shm_files.release_after_init(MPI.COMM_WORLD, MPI.COMM_WORLD)
+    if installed('guards'):
+        from minichain.dist import shm_files
+        shm_files.release_after_init(MPI.COMM_WORLD, MPI.COMM_WORLD)
     run_page(read_page(sys.argv[1]))

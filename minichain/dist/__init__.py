@@ -13,9 +13,12 @@ Typical use, under ``mpiexec -n 4 python train.py``::
     opt = dist.create_multi_node_optimizer(MomentumSGD(lr=0.1), comm)
     opt.setup(model)
 
-Creating a communicator also installs an abort-on-uncaught-exception hook
-(see :mod:`minichain.dist.guards.safety` for how to turn it off), and every
-collective is watched: a rank that waits longer than
+The protocol (the communicators, the multi-node optimizer, averaging/) is
+the lesson. The layers below wrap it from outside, one line each: delete a
+layer's folder and its line, and the protocol still trains (docs/dist.md,
+"The layers"). With the guards, creating a communicator installs an
+abort-on-uncaught-exception hook (:mod:`minichain.dist.guards.safety`) and
+every collective is watched: a rank that waits longer than
 ``MINICHAIN_STALL_TIMEOUT`` seconds (default 600, 0: off), or that can tell
 sooner that its collective will never complete, ends the job with a report
 naming the ranks (:mod:`minichain.dist.guards.watchdog`).
@@ -23,9 +26,13 @@ naming the ranks (:mod:`minichain.dist.guards.watchdog`).
 import importlib
 import sys
 
-from minichain.dist import _moved
+from minichain.dist import hooks
 
-_moved.install()  # old paths such as minichain.dist.watchdog still import
+# The layers, outermost first (each appends its class to hooks.layers).
+from minichain.dist import trace  # layer: trace
+from minichain.dist import guards  # layer: guards
+from minichain.dist import transports  # layer: transports
+from minichain.dist import testing  # layer: testing
 
 _COMMUNICATORS = {
     'naive': ('minichain.dist.naive', 'NaiveCommunicator'),
@@ -40,11 +47,7 @@ _COMMUNICATORS = {
 # minichain.dist stays light and never touches mpi4py or CuPy.
 _LAZY = {
     'CommunicatorBase': 'minichain.dist.communicator_base',
-    'CollectiveMismatchError': 'minichain.dist.guards.agreement',
-    'ModelMismatchError': 'minichain.dist.guards.safety',
     'NonFiniteGradientError': 'minichain.dist.optimizers',
-    'check_same_model': 'minichain.dist.guards.safety',
-    'set_abort_on_exception': 'minichain.dist.guards.safety',
     'create_multi_node_optimizer': 'minichain.dist.optimizers',
     'join': 'minichain.dist.averaging.join',
     'scatter_dataset': 'minichain.dist.datasets',
@@ -53,13 +56,12 @@ _LAZY = {
     'multi_node_batch_normalization': 'minichain.dist.batch_normalization',
     'create_mnbn_model': 'minichain.dist.batch_normalization',
     'evaluate': 'minichain.dist.evaluation',
-    'explain': 'minichain.dist.trace.cost_model',
     'weighted_mean': 'minichain.dist.evaluation',
     'create_multi_node_evaluator': 'minichain.dist.extensions',
     'multi_node_snapshot': 'minichain.dist.extensions',
 }
 
-__all__ = ['create_communicator'] + sorted(_LAZY)
+__all__ = ['create_communicator'] + sorted(_LAZY) + sorted(hooks.names)
 
 
 def _why_not_nccl():
@@ -71,7 +73,7 @@ def _why_not_nccl():
     if not backend.gpu_available():
         return backend.gpu_problem()[1]
     try:
-        from minichain.dist.transports.nccl import nccl_module
+        from minichain.dist.nccl import nccl_module
         nccl_module()
     except RuntimeError as e:
         return str(e)
@@ -90,7 +92,7 @@ def _why_not_nccl_anywhere(mpi_comm):
     its own as device 0) have different buses and pass.
     """
     from minichain import device
-    from minichain.dist.transports import mpi
+    from minichain.dist import mpi
     MPI = mpi.import_mpi()
     comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
     node = MPI.Get_processor_name()
@@ -105,7 +107,7 @@ def _why_not_nccl_anywhere(mpi_comm):
 
 def _auto_verdict(answers):
     """Why not NCCL, from every rank's ``(why not, node, GPU bus)``."""
-    from minichain.dist.guards.safety import format_ranks
+    from minichain.dist.failures import format_ranks
     whys = {}
     for r, (why, _, _) in enumerate(answers):
         if why:
@@ -137,7 +139,7 @@ def _tell_auto_fallback(why, mpi_comm):
     if _auto_told:
         return
     _auto_told = True
-    from minichain.dist.transports import mpi
+    from minichain.dist import mpi
     comm = mpi.import_mpi().COMM_WORLD if mpi_comm is None else mpi_comm
     if comm.rank == 0:
         print("minichain.dist: create_communicator('auto') chose 'flat', not "
@@ -146,17 +148,13 @@ def _tell_auto_fallback(why, mpi_comm):
 
 def default_layers():
     """The layers :func:`create_communicator` puts in front of a
-    communicator's protocol, outermost first: the timeline
-    (:class:`~minichain.dist.trace.traced.Traced`), the guards
-    (:class:`~minichain.dist.guards.guarded.Guarded`), the sum in memory
-    that the ranks of one machine share (:class:`~minichain.dist.
-    transports.shared_memory.SharedMemory`) and the pipeline of packed host
-    buffers (:class:`~minichain.dist.transports.pipeline.Pipelined`)."""
-    from minichain.dist.guards.guarded import Guarded
-    from minichain.dist.trace.traced import Traced
-    from minichain.dist.transports.pipeline import Pipelined
-    from minichain.dist.transports.shared_memory import SharedMemory
-    return (Traced, Guarded, SharedMemory, Pipelined)
+    communicator's protocol, outermost first: those installed
+    (:data:`minichain.dist.hooks.layers`): the timeline
+    (trace/traced.py: ``Traced``), the guards (guards/guarded.py:
+    ``Guarded``), the sum in memory that the ranks of one machine share
+    and the pipeline of packed host buffers (transports/:
+    ``SharedMemory``, ``Pipelined``)."""
+    return tuple(hooks.layers)
 
 
 def create_communicator(communicator_name='auto', mpi_comm=None,
@@ -225,9 +223,12 @@ def __getattr__(name):
         return importlib.import_module('minichain.dist.' + name)
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in hooks.names:  # added by a layer
+        return hooks.names[name]
     raise AttributeError('module minichain.dist has no attribute {!r}'
                          .format(name))
 
 
 def __dir__():
-    return sorted(list(globals()) + list(_LAZY) + list(_SUBMODULES))
+    return sorted(list(globals()) + list(_LAZY) + list(_SUBMODULES)
+                  + list(hooks.names))

@@ -28,8 +28,8 @@ import numpy
 
 from minichain import backend
 from minichain.configuration import config
-from minichain.dist.transports import mpi
-from minichain.dist.guards.agreement import by_rank
+from minichain.dist import mpi
+from minichain.dist.failures import by_rank
 from minichain.function_node import FunctionNode
 from minichain.functions import (broadcast_to, fixed_batch_normalization,
                                  reshape)

@@ -1,18 +1,18 @@
 """CommunicatorBase: ranks, a wire, and the averaging every communicator
 shares (a subclass says how: flat.py packs, allreduces, unpacks). The
-guards (guards/guarded.py) and the timeline (trace/traced.py) are layers
-that :func:`minichain.dist.create_communicator` puts in front of the class
-(docs/dist.md, "The layers"); ``layers=()`` leaves the bare protocol.
+layers (hooks.layers: the guards, the timeline, the shared-memory sum)
+replace some of its methods, the "hooks" below (docs/dist.md, "The
+layers"); ``layers=()`` leaves the bare protocol.
 """
-import contextlib
 import functools
-import time
 
 import numpy
 
 from minichain import backend
-from minichain.dist.transports import mpi, packing
-from minichain.dist.transports.collectives import CollectivesMixin
+from minichain.dist import mpi, packing
+from minichain.dist.collectives import CollectivesMixin
+from minichain.dist.failures import raise_failures
+from minichain.dist.wire import Wire
 
 
 class CommunicatorBase(CollectivesMixin):
@@ -43,26 +43,24 @@ class CommunicatorBase(CollectivesMixin):
     def multi_node_mean_grad(self, model, zero_fill=False, step=None):
         """Replace every gradient of ``model`` by its mean over all ranks
         (parameters in ``model.namedparams()`` order, the same everywhere).
-        See :meth:`average_grads`. The guards raise on every rank:
-        ModelMismatchError, ValueError (``zero_fill``), CollectiveMismatchError
-        (``step``)."""
+        The guards raise on every rank: ModelMismatchError, ValueError
+        (``zero_fill``), CollectiveMismatchError (``step``)."""
         self.average_grads(model, zero_fill, step)
 
     def average_grads(self, model, zero_fill=False, step=None, active=None):
-        """Average the gradients; return how many ranks contributed.
-        ``zero_fill``: a gradient None on some ranks only counts as zeros
-        (else a ValueError); ``step``: must be equal on every rank;
-        ``active``: whether this rank still has data (in ``dist.join``).
-        ``param.grad`` may become a view of a buffer reused next call."""
-        entries, n_active = self.plan_grads(model, zero_fill, step, active)
-        if entries:
-            self.mean_grads(model, entries)
-        return n_active
+        """As above; returns how many ranks contributed (``active``: this
+        rank still has data, in ``dist.join``). ``param.grad`` may become a
+        view of a buffer reused next call."""
+        with self.collective('multi_node_mean_grad'):
+            entries, n = self.plan_grads(model, zero_fill, step, active)
+            if entries:
+                self.mean_grads(model, entries)
+        return n
 
     def plan_grads(self, model, zero_fill=False, step=None, active=None):
         """``([(path, param, grad_or_None)], n_active)``: what to average.
         Bare: every initialized parameter, every rank active; the guards
-        agree on it first (:func:`minichain.dist.guards.safety.plan_grads`).
+        agree on it first (guards/safety.py, ``plan_grads``).
         """
         return [(n, p, p.grad) for n, p in model.namedparams()
                 if p.array is not None], self.size
@@ -135,23 +133,24 @@ class CommunicatorBase(CollectivesMixin):
         """Broadcast the host byte buffer ``buf`` from rank 0, in place."""
         mpi.bcast_buffer(self.wire, buf, 0)
 
-    # -- what the guards replace ----------------------------------------------
+    # -- hooks: what the guards replace --------------------------------------
     def label(self):
         """How reports name this communicator (``'flat'``)."""
         return self.name or type(self).__name__
 
     def make_wire(self, mpi_comm, label):
-        """What messages over ``mpi_comm`` go through: the communicator
-        itself (the guards return a watched Wire over a duplicate)."""
-        return mpi_comm
+        """What messages over ``mpi_comm`` go through: a plain
+        :class:`~minichain.dist.wire.Wire` (the guards: a watched one)."""
+        return Wire(mpi_comm, label)
 
     def free_wire(self, wire):
-        """Release what :meth:`make_wire` made (nothing here)."""
+        """Release what :meth:`make_wire` made."""
+        wire.free()
 
     def collective(self, kind):
-        """Bracket one collective (a ``with`` block): nothing here; the
-        guards number it, for the header and the stall reports."""
-        return contextlib.nullcontext()
+        """Bracket one collective (a ``with`` block): the wire's (the
+        guards number it, for the header and the stall reports)."""
+        return self.wire.collective(kind)
 
     def header(self, agree=None, on_mismatch=None, maxes=(), root=None,
                root_values=()):
@@ -160,27 +159,30 @@ class CommunicatorBase(CollectivesMixin):
         :func:`minichain.dist.guards.agreement.header`, which the guards
         call instead, also agreeing on ``agree``). Returns both, as
         tuples of ints."""
-        from minichain.dist.guards.agreement import raise_failures
         raise_failures([agree])  # a local error, raised here only
         MPI = mpi.import_mpi()
         if maxes:
             v = numpy.array(maxes, numpy.int64)
-            self.mpi_comm.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
+            self.wire.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
             maxes = v.tolist()
         if root is not None:
-            root_values = tuple(self.mpi_comm.bcast(tuple(root_values), root))
+            root_values = tuple(self.wire.bcast(tuple(root_values), root))
         return tuple(int(x) for x in maxes), tuple(int(x) for x in root_values)
+
+    def agree_layout(self, wire, layout, where, step=None):
+        """Inside a collective of ``wire``: what its ranks must hold equal
+        (a model's layout, the training ``step``). Nothing here; the guards
+        compare it (ModelMismatchError on every rank)."""
 
     def wait_until(self, done, what, on_stall=None, wire=None):
         """Wait until ``done()`` holds (e.g. a CUDA event has passed);
         ``what`` names it (the guards watch the wait as an MPI call's)."""
-        while not done():
-            time.sleep(1e-4)
+        (wire or self.wire).wait_until(done, what, on_stall)
 
     def wait_request(self, request):
         """Wait for a non-blocking point-to-point ``request`` on the wire
         (the ring's steps); the guards watch the wait (the stall timeout)."""
-        request.Wait()
+        self.wire.wait(request)
 
     def raise_everywhere(self, error):
         """Raise ``error`` on every rank (with the guards: see
@@ -236,7 +238,7 @@ class CommunicatorBase(CollectivesMixin):
     def bucket_transport(self, device):
         """How this communicator reduces an overlapped bucket whose arrays
         live on ``device`` (-1: the host): over MPI here."""
-        from minichain.dist.transports.mpi_buckets import MpiBuckets
+        from minichain.dist.mpi_buckets import MpiBuckets
         return MpiBuckets(self.bucket_wire(), device,
                           self.allreduce_grad_dtype)
 

@@ -2,8 +2,8 @@
 import numpy
 
 from minichain import backend
-from minichain.dist.transports import mpi
-from minichain.dist.guards.agreement import Failure, attempt
+from minichain.dist import mpi
+from minichain.dist.failures import Failure, attempt
 
 
 def shard_bounds(n, size, force_equal_length):

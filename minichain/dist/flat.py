@@ -2,7 +2,7 @@
 import numpy
 
 from minichain import backend
-from minichain.dist.transports import mpi, packing
+from minichain.dist import mpi, packing
 from minichain.dist.communicator_base import CommunicatorBase
 
 

@@ -1,7 +1,6 @@
 """The hierarchical communicator: NCCL inside a node, MPI between nodes."""
-from minichain.dist.transports import mpi
-from minichain.dist.transports.nccl import narrow, widen
-from minichain.dist.trace import timeline
+from minichain.dist import hooks, mpi
+from minichain.dist.nccl import narrow, widen
 from minichain.dist.pure_nccl import PureNcclCommunicator, init_nccl_comm
 
 
@@ -42,7 +41,7 @@ class HierarchicalCommunicator(PureNcclCommunicator):
         """NCCL reduce to the node's first rank, MPI allreduce between the
         nodes' first ranks, NCCL broadcast back inside each node (each a
         timeline event inside the caller's 'allreduce' when ``timed``)."""
-        span = timeline.span if timed else timeline.no_span
+        span = hooks.span if timed else hooks.no_span
         with span('reduce', wire.nbytes, sync=True):
             self.nccl_comm.reduce(wire.data.ptr, wire.data.ptr, wire.size,
                                   kind, nccl.NCCL_SUM, 0, stream.ptr)
@@ -65,7 +64,7 @@ class HierarchicalCommunicator(PureNcclCommunicator):
     def bucket_transport(self, device):
         if device < 0:
             return super().bucket_transport(device)
-        from minichain.dist.transports.nccl_buckets import HierarchicalBuckets
+        from minichain.dist.nccl_buckets import HierarchicalBuckets
         return HierarchicalBuckets(self, device)
 
     def bucket_inter_wire(self):

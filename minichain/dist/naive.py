@@ -2,8 +2,7 @@
 import numpy
 
 from minichain import backend
-from minichain.dist.transports import mpi
-from minichain.dist.trace import timeline
+from minichain.dist import hooks, mpi
 from minichain.dist.communicator_base import CommunicatorBase
 
 
@@ -25,14 +24,14 @@ class NaiveCommunicator(CommunicatorBase):
             dtype = numpy.dtype(p.dtype if self.allreduce_grad_dtype is None
                                 else self.allreduce_grad_dtype)
             nbytes = p.size * dtype.itemsize
-            with timeline.span('pack', nbytes):
+            with hooks.span('pack', nbytes):
                 host = (numpy.zeros(p.shape, dtype=dtype) if g is None else
                         numpy.array(mpi.to_host(g)[0], dtype=dtype,
                                     order='C'))
-            with timeline.span('allreduce', nbytes):
+            with hooks.span('allreduce', nbytes):
                 mpi.allreduce_buffer(self.wire, host, MPI.SUM)
             device = backend.get_device_id(p.array)
-            with timeline.span('unpack', nbytes, sync=device >= 0):
+            with hooks.span('unpack', nbytes, sync=device >= 0):
                 host /= self.size
                 value = host.astype(p.dtype, copy=False)
                 p.grad = value if device < 0 else backend.to_gpu(value, device)

@@ -12,7 +12,7 @@ from minichain.dist.averaging.finite import (  # noqa: F401 (public here too)
     CheckFinite, NonFiniteGradientError, all_finite)
 from minichain.dist.averaging.overlap import Overlapped
 from minichain.dist.averaging.sharded import Sharded
-from minichain.dist.trace import timeline
+from minichain.dist import hooks
 
 
 class MultiNodeOptimizer:
@@ -52,8 +52,7 @@ class MultiNodeOptimizer:
                 self.communicator.bcast_data(target)
                 self.needs_broadcast = False
             elif self.averaging.average(target):
-                with timeline.span('update', sync=target.device_id >= 0):
-                    self.averaging.step(self.actual_optimizer, *args, **kwds)
+                self.averaging.step(self.actual_optimizer, *args, **kwds)
                 self.averaging.stepped(target)
         finally:  # also after an error that a training loop may survive
             self.averaging.prepare()  # for the next backward pass
@@ -112,9 +111,9 @@ class MultiNodeOptimizer:
         if self.averaging.starts_step:
             target.cleargrads()
         on_gpu = target.device_id >= 0
-        with timeline.span('forward', sync=on_gpu):
+        with hooks.span('forward', sync=on_gpu):
             loss = lossfun(*args, **kwds)
-        with timeline.span('backward', sync=on_gpu):
+        with hooks.span('backward', sync=on_gpu):
             loss.backward()
 
     # The wrapper stands in for the optimizer: a name it does not keep in

@@ -10,11 +10,10 @@ import weakref
 import numpy
 
 from minichain import backend
-from minichain.dist.transports import packing
-from minichain.dist.transports.nccl import (  # noqa: F401 - also public here
+from minichain.dist import hooks, packing
+from minichain.dist.nccl import (  # noqa: F401 - also public here
     BFLOAT16, check_one_gpu_per_rank, from_bfloat16_bits, nccl_dtype,
     nccl_module, to_bfloat16_bits)
-from minichain.dist.trace import timeline
 from minichain.dist.communicator_base import CommunicatorBase, with_layers
 from minichain.dist.flat import FlatCommunicator
 
@@ -86,14 +85,14 @@ class PureNcclCommunicator(CommunicatorBase):
         with cupy.cuda.Device(device):
             stream = stream or cupy.cuda.get_current_stream()
             with stream:
-                with timeline.span('pack', nbytes, sync=True):
+                with hooks.span('pack', nbytes, sync=True):
                     buf, wire = self._pack_for_wire(model, packer,
                                                     wire_dtype, tag)
-                with timeline.span('allreduce', nbytes, sync=True):
+                with hooks.span('allreduce', nbytes, sync=True):
                     self.sum_on_device(nccl, wire, nccl_dtype(nccl,
                                                               wire_dtype),
                                        stream, timed=True)
-                with timeline.span('unpack', nbytes, sync=True):
+                with hooks.span('unpack', nbytes, sync=True):
                     self._unpack_from_wire(packer, buf, wire, wire_dtype,
                                            check)
                 self.in_flight = stream.record()
@@ -136,7 +135,7 @@ class PureNcclCommunicator(CommunicatorBase):
     def bucket_transport(self, device):
         if device < 0:
             return super().bucket_transport(device)
-        from minichain.dist.transports.nccl_buckets import NcclBuckets
+        from minichain.dist.nccl_buckets import NcclBuckets
         return NcclBuckets(self, device)
 
     # -- waiting for NCCL under the watchdog -----------------------------------
@@ -224,7 +223,7 @@ class PureNcclCommunicator(CommunicatorBase):
                 padded = cupy.zeros(c * self.size, buf.dtype)
                 padded[:buf.size] = buf
                 mine = cupy.empty(c, buf.dtype)
-                with timeline.span('reduce-scatter', buf.nbytes, sync=True):
+                with hooks.span('reduce-scatter', buf.nbytes, sync=True):
                     self.nccl_comm.reduceScatter(
                         padded.data.ptr, mine.data.ptr, c,
                         nccl_dtype(nccl, buf.dtype), nccl.NCCL_SUM,
@@ -245,7 +244,7 @@ class PureNcclCommunicator(CommunicatorBase):
                 mine = cupy.zeros(c, buf.dtype)
                 mine[:hi - lo] = buf[lo:hi]
                 every = cupy.empty(c * self.size, buf.dtype)
-                with timeline.span('allgather', buf.nbytes, sync=True):
+                with hooks.span('allgather', buf.nbytes, sync=True):
                     self.nccl_comm.allGather(
                         mine.data.ptr, every.data.ptr, c,
                         nccl_dtype(nccl, buf.dtype), stream.ptr)
@@ -335,7 +334,7 @@ class PureNcclCommunicator(CommunicatorBase):
 
 
 def _mpi_running():
-    from minichain.dist.transports import mpi
+    from minichain.dist import mpi
     MPI = mpi.import_mpi()
     return MPI.Is_initialized() and not MPI.Is_finalized()
 

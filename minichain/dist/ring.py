@@ -58,9 +58,8 @@ named by the stall watchdog, and each step is a ``reduce-scatter`` or
 """
 import numpy
 
-from minichain.dist.trace import timeline
-from minichain.dist.transports import mpi
-from minichain.dist.transports.mpi_buckets import MpiBuckets
+from minichain.dist import hooks, mpi
+from minichain.dist.mpi_buckets import MpiBuckets
 from minichain.dist.flat import FlatCommunicator
 
 
@@ -144,7 +143,7 @@ def reduce_scatter_steps(wire, buf, inbox, shift=0):
     for s in range(wire.size - 1):
         out, mine = chunk(wire.rank - s), chunk(wire.rank - s - 1)
         theirs = inbox[:mine.size]
-        with timeline.span('reduce-scatter', out.nbytes):
+        with hooks.span('reduce-scatter', out.nbytes):
             yield exchange(wire, out, theirs)
             numpy.add(mine, theirs, out=mine)
 
@@ -156,7 +155,7 @@ def allgather_steps(wire, buf, shift=0):
     chunk = _chunks(wire, buf, shift)
     for s in range(wire.size - 1):
         out, into = chunk(wire.rank + 1 - s), chunk(wire.rank - s)
-        with timeline.span('allgather', out.nbytes):
+        with hooks.span('allgather', out.nbytes):
             yield exchange(wire, out, into)
 
 

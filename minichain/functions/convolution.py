@@ -10,7 +10,7 @@ for these nodes (``minichain/kernels``).
 """
 from minichain import backend
 from minichain.function_node import FunctionNode
-from minichain.functions import _geometry
+from minichain.functions import geometry
 from minichain.functions._check import check_float, check_same_dtype, unwrap
 
 __all__ = ['convolution_2d', 'deconvolution_2d', 'im2col']
@@ -26,7 +26,7 @@ def _pair(func, name, v, minimum):
 
 
 def _geometry_of(k, stride, pad, dilate, in_size, out_size):
-    return _geometry.Geometry(k[0], k[1], stride[0], stride[1], pad[0],
+    return geometry.Geometry(k[0], k[1], stride[0], stride[1], pad[0],
                               pad[1], dilate[0], dilate[1], in_size[0],
                               in_size[1], out_size[0], out_size[1])
 
@@ -35,8 +35,8 @@ def _columns(x, g):
     """im2col: the windows of ``x`` (N, C, h, w) as a fresh
     (N, C, kh, kw, oh, ow) array, padding read as zeros."""
     xp = backend.get_array_module(x)
-    xpad = _geometry.padded(x, g)
-    return xp.stack([xp.stack([_geometry.window(xpad, g, ky, kx)
+    xpad = geometry.padded(x, g)
+    return xp.stack([xp.stack([geometry.window(xpad, g, ky, kx)
                                for kx in range(g.kw)], axis=2)
                      for ky in range(g.kh)], axis=2)
 
@@ -45,13 +45,13 @@ def _add_columns(col, g):
     """col2im, the adjoint of :func:`_columns`: (N, C, kh, kw, oh, ow)
     columns summed back into the pixels they read, (N, C, h, w)."""
     xp = backend.get_array_module(col)
-    out = _geometry.padded(xp.zeros(col.shape[:2] + (g.h, g.w), col.dtype),
+    out = geometry.padded(xp.zeros(col.shape[:2] + (g.h, g.w), col.dtype),
                            g)
     for ky in range(g.kh):
         for kx in range(g.kw):
-            win = _geometry.window(out, g, ky, kx)
+            win = geometry.window(out, g, ky, kx)
             win += col[:, :, ky, kx]
-    return xp.ascontiguousarray(_geometry.crop(out, g))
+    return xp.ascontiguousarray(geometry.crop(out, g))
 
 
 def _bias_sum(gy):
@@ -70,7 +70,7 @@ class Convolution2D(FunctionNode):
         self.retain_inputs((0, 1))
         x, W = inputs[:2]
         k = W.shape[2:]
-        out = tuple(_geometry.conv_outsize(
+        out = tuple(geometry.conv_outsize(
             x.shape[2 + a], k[a], self.stride[a], self.pad[a], self.cover_all,
             self.dilate[a]) for a in (0, 1))
         g = _geometry_of(k, self.stride, self.pad, self.dilate, x.shape[2:],
@@ -321,11 +321,11 @@ def deconvolution_2d(x, W, b=None, stride=1, pad=0, outsize=None, dilate=1,
     _check_bias(func, b, cog * groups)
     k = (kh, kw)
     if outsize is None:
-        outsize = tuple(_geometry.deconv_outsize(xa.shape[2 + a], k[a],
+        outsize = tuple(geometry.deconv_outsize(xa.shape[2 + a], k[a],
                                                  stride[a], pad[a], False,
                                                  dilate[a]) for a in (0, 1))
     outsize = _pair(func, 'outsize', outsize, 1)
-    fits = [all(_geometry.conv_outsize(outsize[a], k[a], stride[a], pad[a],
+    fits = [all(geometry.conv_outsize(outsize[a], k[a], stride[a], pad[a],
                                        cover, dilate[a]) == xa.shape[2 + a]
                 for a in (0, 1)) for cover in (False, True)]
     if not any(fits):
@@ -394,7 +394,7 @@ def im2col(x, ksize, stride=1, pad=0, cover_all=False, dilate=1):
     stride = _pair(func, 'stride', stride, 1)
     pad = _pair(func, 'pad', pad, 0)
     dilate = _pair(func, 'dilate', dilate, 1)
-    out = tuple(_geometry.conv_outsize(xa.shape[2 + a], k[a], stride[a],
+    out = tuple(geometry.conv_outsize(xa.shape[2 + a], k[a], stride[a],
                                        pad[a], cover_all, dilate[a])
                 for a in (0, 1))
     if min(out) < 1:

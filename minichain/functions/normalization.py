@@ -11,7 +11,7 @@ textbook formulas; the kernels registered for these nodes
 from minichain import backend
 from minichain.function_node import FunctionNode
 from minichain.variable import as_variable
-from minichain.functions._channel_layout import Layout, acc_dtype
+from minichain.functions.channel_layout import Layout, acc_dtype
 from minichain.functions._check import (check_array, check_float,
                                         check_same_dtype, normalize_axis,
                                         unwrap)

@@ -2,7 +2,7 @@
 
 Each body pads the input and loops over the kh*kw kernel offsets (never
 over pixels), reading one strided window of the padded input per offset
-(``_geometry.window``); the fast versions (contiguous phase slices on the
+(``geometry.window``); the fast versions (contiguous phase slices on the
 CPU, one CUDA thread per element on the GPU) are kernels registered for
 these nodes (``minichain/kernels``).
 """
@@ -10,7 +10,7 @@ import numpy
 
 from minichain import backend
 from minichain.function_node import FunctionNode
-from minichain.functions import _geometry
+from minichain.functions import geometry
 from minichain.functions._check import check_float, unwrap
 
 __all__ = ['max_pooling_2d', 'average_pooling_2d',
@@ -28,11 +28,11 @@ def _spread(parts, g, gy):
     into the pixels that offset k read; a fresh (N, C, h, w) array of
     ``gy``'s dtype and device."""
     xp = backend.get_array_module(gy)
-    acc = _geometry.padded(xp.zeros(gy.shape[:2] + (g.h, g.w), gy.dtype), g)
+    acc = geometry.padded(xp.zeros(gy.shape[:2] + (g.h, g.w), gy.dtype), g)
     for k, ky, kx in _offsets(g):
-        win = _geometry.window(acc, g, ky, kx)
+        win = geometry.window(acc, g, ky, kx)
         win += parts(k)
-    return xp.ascontiguousarray(_geometry.crop(acc, g))
+    return xp.ascontiguousarray(geometry.crop(acc, g))
 
 
 class MaxPooling2D(FunctionNode):
@@ -43,9 +43,9 @@ class MaxPooling2D(FunctionNode):
         x, = inputs
         xp = backend.get_array_module(x)
         g = self.g
-        xpad = _geometry.padded(x, g, -numpy.inf)
+        xpad = geometry.padded(x, g, -numpy.inf)
         # (kh*kw, N, C, oh, ow): every window's pixels, offset first
-        wins = xp.stack([_geometry.window(xpad, g, ky, kx)
+        wins = xp.stack([geometry.window(xpad, g, ky, kx)
                          for _, ky, kx in _offsets(g)])
         # argmax takes the first maximum, and the first NaN (as max
         # propagates NaN), so the gradient goes where y came from.
@@ -86,10 +86,10 @@ class MaxPooling2DGather(FunctionNode):
     def forward(self, inputs):
         ggx, = inputs
         g = self.g
-        ggx_pad = _geometry.padded(ggx, g)
+        ggx_pad = geometry.padded(ggx, g)
         out = None
         for k, ky, kx in _offsets(g):  # the masks are disjoint
-            part = _geometry.window(ggx_pad, g, ky, kx) * (self.indexes == k)
+            part = geometry.window(ggx_pad, g, ky, kx) * (self.indexes == k)
             out = part if out is None else out + part
         return out,
 
@@ -104,10 +104,10 @@ class AveragePooling2D(FunctionNode):
     def forward(self, inputs):
         x, = inputs
         g = self.g
-        xpad = _geometry.padded(x, g)
+        xpad = geometry.padded(x, g)
         acc = None
         for _, ky, kx in _offsets(g):
-            v = _geometry.window(xpad, g, ky, kx)
+            v = geometry.window(xpad, g, ky, kx)
             acc = v.copy() if acc is None else acc + v
         return acc * x.dtype.type(1.0 / (g.kh * g.kw)),
 
@@ -146,9 +146,9 @@ def _pool_geometry(func, x, ksize, stride, pad, cover_all):
         raise ValueError('{}: the window {} is larger than the padded input '
                          '({}x{}): x shape {}, pad {}'.format(
                              func, k, h + 2 * p[0], w + 2 * p[1], xa.shape, p))
-    out = (_geometry.conv_outsize(h, k[0], s[0], p[0], cover_all),
-           _geometry.conv_outsize(w, k[1], s[1], p[1], cover_all))
-    return _geometry.Geometry(k[0], k[1], s[0], s[1], p[0], p[1], 1, 1, h, w,
+    out = (geometry.conv_outsize(h, k[0], s[0], p[0], cover_all),
+           geometry.conv_outsize(w, k[1], s[1], p[1], cover_all))
+    return geometry.Geometry(k[0], k[1], s[0], s[1], p[0], p[1], 1, 1, h, w,
                               out[0], out[1])
 
 

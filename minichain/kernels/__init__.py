@@ -1,148 +1,20 @@
-"""The kernel seam: how fast an op runs, kept apart from what it computes.
+"""The kernels layer: faster forwards (and updates) behind the kernel seam.
 
-An op's ``forward`` states its mathematics in plain ``xp`` code; that is
-the teaching path, and it runs whenever no kernel takes the arrays at hand.
-A *kernel* is a faster way to compute the same forward for one kind of
-array (``'onednn'`` and ``'numpy'`` for NumPy arrays, ``'cuda'`` for CuPy
-arrays). ``FunctionNode.apply`` calls :func:`forward`, which tries the
-kernels registered for the node's type on that device, in order of
-preference, and falls back to the body. Op modules never import this
-package: the kernels know the ops, the ops do not know the kernels (as
-tinygrad's tensor code knows no runtime).
-
-The contract of a kernel: ``kernel(node, inputs)`` takes the node (for its
-hyper-parameters) and the tuple of input arrays, and returns either the
-tuple of output arrays that ``node.forward(inputs)`` would return, having
-made the same ``retain_inputs`` / ``retain_outputs`` calls and set the same
-attributes that the node's backward reads, or ``None`` to decline (a shape,
-dtype or layout it does not take); then the next kernel, and finally the
-body, runs. Every registered kernel is tested against its op's body.
-
-An optimizer's update rule has the same seam (:func:`update`): its
-``update_core`` is the plain update, and a kernel registered for the rule's
-type, ``kernel(rule, param)``, may do the same update in place faster
-(returning True) or decline (returning None).
-
-One switch turns every kernel off: ``config.use_kernels`` (default True;
-``MINICHAIN_KERNELS=0`` in the environment makes it False), for instance to
-run the gradient checks on the bodies::
-
-    with minichain.using_config('use_kernels', False):
-        ...  # every op runs its body, every update rule its update_core
-
-Kernel packages register themselves when first imported; this module
-imports them lazily, on the first forward on their device, so that
-``import minichain`` stays light and no import circle runs through here.
-The adding of a kernel, and how to prove it equals the body:
-docs/kernels.md.
+Installed by one line of ``minichain/__init__.py`` (``# layer: kernels``):
+it adds three backends to the seam (:mod:`minichain.kernel_seam`), each a
+package that registers its kernels when first used: ``onednn`` (oneDNN
+through ctypes) and ``numpy`` (threaded NumPy) for NumPy arrays, ``cuda``
+for CuPy arrays, tried in that order. Delete this folder and its line, and
+every op runs its body. ``kernels.register`` and the seam's other names are
+here too, for kernel code and tests.
 """
 import importlib
 
-# Not plain ``import numpy``: importing the subpackage minichain.kernels.numpy
-# binds the name ``numpy`` in this module to it.
-import numpy as _numpy
+from minichain import kernel_seam
+from minichain.kernel_seam import (  # noqa: F401 - the seam's names, here
+    registry, backends_for, forward, parameters_changed,
+    parameters_version, register, registered, update)
 
-from minichain.configuration import config
-
-__all__ = ['register', 'registered', 'forward', 'update', 'backends_for',
-           'parameters_changed', 'parameters_version']
-
-# (node type, backend name) -> kernel
-_registry = {}
-# backend name -> module that registers its kernels when imported
-_PACKAGES = {'numpy': 'minichain.kernels.numpy',
-             'onednn': 'minichain.kernels.onednn',
-             'cuda': 'minichain.kernels.cuda'}
-_loaded = set()
-# Bumped by every parameter update through :func:`update` (and by
-# :func:`parameters_changed`): what a kernel that caches something derived
-# from a parameter's values checks before using it.
-_parameters_version = 0
-
-
-def register(node_type, backend, kernel):
-    """Make ``kernel`` the ``backend`` kernel of ``node_type``'s forward
-    (a FunctionNode subclass), or of its update (an UpdateRule subclass)."""
-    if backend not in _PACKAGES:
-        raise ValueError('kernels.register: unknown backend {!r} for {}; '
-                         'known: {}'.format(backend, node_type.__name__,
-                                            ', '.join(sorted(_PACKAGES))))
-    _registry[node_type, backend] = kernel
-
-
-def registered(node_type, backend):
-    """The kernel registered for ``node_type`` on ``backend``, or None."""
-    _load(backend)
-    return _registry.get((node_type, backend))
-
-
-def _load(backend):
-    if backend in _loaded:
-        return
-    _loaded.add(backend)
-    try:
-        importlib.import_module(_PACKAGES[backend])
-    except ModuleNotFoundError as e:
-        # A backend package not written yet (or removed) has no kernels.
-        if e.name != _PACKAGES[backend]:
-            raise
-
-
-def backends_for(inputs):
-    """The kernel backends to try for these input arrays, best first (none
-    when ``config.use_kernels`` is off)."""
-    if not config.use_kernels:
-        return ()
-    first = next((a for a in inputs if a is not None), None)
-    if isinstance(first, _numpy.ndarray):
-        return _cpu_backends()
-    if first is not None and type(first).__module__.startswith('cupy'):
-        return ('cuda',)
-    return ()
-
-
-def _cpu_backends():
-    # The oneDNN backend decides itself whether its library loaded and
-    # whether config.use_onednn lets it run; it declines otherwise.
-    return ('onednn', 'numpy')
-
-
-def forward(node, inputs):
-    """Run ``node``'s forward on ``inputs``: the first kernel that takes
-    them, else the node's own body."""
-    node_type = type(node)
-    for backend in backends_for(inputs):
-        kernel = registered(node_type, backend)
-        if kernel is not None:
-            outputs = kernel(node, inputs)
-            if outputs is not None:
-                return outputs
-    return node.forward(inputs)
-
-
-def update(rule, param):
-    """Update ``param`` in place with ``rule``: the first kernel registered
-    for the rule's type that takes the arrays, else ``rule.update_core``."""
-    global _parameters_version
-    _parameters_version += 1
-    rule_type = type(rule)
-    for backend in backends_for((param.array,)):
-        kernel = registered(rule_type, backend)
-        if kernel is not None and kernel(rule, param):
-            return
-    rule.update_core(param)
-
-
-def parameters_version():
-    """A number that changes whenever parameters may have changed in
-    place: at each update through :func:`update`, and at each
-    :func:`parameters_changed`."""
-    return _parameters_version
-
-
-def parameters_changed():
-    """Say that parameter arrays were written in place other than by an
-    optimizer's update (a load, a broadcast, a copy): caches derived from
-    their values are stale (see onednn/_plan.py, ``CACHE_WEIGHTS``)."""
-    global _parameters_version
-    _parameters_version += 1
+for _name, _arrays in (('onednn', 'cpu'), ('numpy', 'cpu'), ('cuda', 'gpu')):
+    kernel_seam.add_backend(_name, _arrays, lambda name=_name: (
+        importlib.import_module(__name__ + '.' + name)))

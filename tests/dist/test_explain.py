@@ -12,15 +12,17 @@ import pytest
 import minichain
 from minichain import links as L
 from minichain.dist.trace import cost_model
-from minichain.dist.transports.pipeline import PIPELINE_BYTES
+from minichain.dist.transports.pipeline import PIPELINE_BYTES, cut
 from tests.dist._launch import require_mpi, run_mpi
 
 ALPHA, BW = 1e-3, 1e6  # big enough to read from the text's 4 digits
 
 
 def _comm(name='flat', size=4, rank=0, dtype=None):
+    # pieces: as a communicator with the pipeline layer cuts host buffers
     return types.SimpleNamespace(name=name, size=size, rank=rank,
-                                 allreduce_grad_dtype=dtype)
+                                 allreduce_grad_dtype=dtype,
+                                 pieces=lambda buf: cut(buf, PIPELINE_BYTES))
 
 
 def _model(dtype=numpy.float32):

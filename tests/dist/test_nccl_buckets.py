@@ -7,7 +7,7 @@ import numpy
 import pytest
 
 from minichain import backend
-from minichain.dist.transports import nccl_buckets
+from minichain.dist import nccl_buckets
 
 
 class Event:

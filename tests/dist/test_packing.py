@@ -4,7 +4,7 @@ import numpy
 import pytest
 
 import minichain
-from minichain.dist.transports import packing
+from minichain.dist import packing
 
 
 def _entries(dtype, none_at=None):

@@ -397,25 +397,19 @@ def test_missing_mpiexec_fails_saying_what_to_install(sessions):
 
 
 NEW = 'minichain.dist.testing.pytest_plugin'
-OLD = 'minichain.dist.pytest_plugin'  # its path until 2026-12
 
 
 @pytest.fixture(scope='module')
 def by_name(tmp_path_factory):
-    """The plugin turned on and off by name, the old name included."""
+    """The plugin turned on and off by name."""
     pytest.importorskip('mpi4py', reason='mpi4py is not installed')
     root = tmp_path_factory.mktemp('names')
     manual = {'PYTEST_DISABLE_PLUGIN_AUTOLOAD': '1'}
     started = {
-        'old': _start(root / 'old', {'test_one.py': ONE_TEST}, ['-p', OLD]),
-        'old_manual': _start(root / 'old_manual', {'test_one.py': ONE_TEST},
-                             ['-p', OLD], env=manual),
         'new_manual': _start(root / 'new_manual', {'test_one.py': ONE_TEST},
                              ['-p', NEW], env=manual),
         'off': _start(root / 'off', {'test_one.py': ONE_TEST},
                       ['-p', 'no:' + NEW, '--collect-only', '-q']),
-        'old_off': _start(root / 'old_off', {'test_one.py': ONE_TEST},
-                          ['-p', 'no:' + OLD]),
     }
     done = {}
     for name, (proc, folder, start) in started.items():
@@ -426,10 +420,8 @@ def by_name(tmp_path_factory):
 
 
 @pytest.mark.mpi
-def test_plugin_on_by_its_name_or_its_old_name(by_name):
-    # The old name with autoload on: pluggy would refuse the plugin module
-    # under a second name; it loads the plugin once instead.
-    for name in ('old', 'old_manual', 'new_manual'):
+def test_plugin_on_by_its_name(by_name):
+    for name in ('new_manual',):
         run = by_name[name]
         assert run.returncode == 0, run.output
         assert run.case('test_needs_mpiexec[ranks=2]')[0] == 'passed', \
@@ -438,14 +430,9 @@ def test_plugin_on_by_its_name_or_its_old_name(by_name):
 
 
 @pytest.mark.mpi
-def test_plugin_off_by_its_name_and_the_old_name_says_the_new_one(by_name):
+def test_plugin_off_by_its_name(by_name):
     off = by_name['off'].output
     assert 'test_one.py::test_needs_mpiexec\n' in off, off  # no [ranks=2]
-    run = by_name['old_off']
-    assert run.returncode == 4, run.output
-    assert run.output.strip() == (
-        'ERROR: -p no:{}: the plugin is named {} since 2026-12; write -p '
-        'no:{}'.format(OLD, NEW, NEW)), run.output
 
 
 # -- without MPI -------------------------------------------------------------

@@ -114,7 +114,7 @@ def test_ring_equals_flat_to_the_rounding_of_another_order(mpi_ranks,
                         '(pip install mpi4py mpich)')
     from minichain import dist
     from minichain.dist.transports import pipeline
-    from minichain.dist.transports import mpi as _mpi
+    from minichain.dist import mpi as _mpi
     ring_comm = dist.create_communicator('ring')
     flat_comm = dist.create_communicator('flat')
     size = ring_comm.size
@@ -142,7 +142,7 @@ def test_each_of_the_2_n_minus_1_steps_is_on_the_timeline(tmp_path):
     pytest.importorskip('mpi4py', reason='mpi4py is not installed '
                         '(pip install mpi4py mpich)')
     from minichain import dist
-    from minichain.dist import timeline
+    from minichain.dist.trace import timeline
     comm = dist.create_communicator('ring')
     n = 3001  # chunks of 1000, 1000 and 1001 float64 elements
     with timeline.record(tmp_path / 'ring.json', comm, out=None) as rec:

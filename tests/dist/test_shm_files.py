@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from minichain.dist.transports import shm_files
+from minichain.dist import shm_files
 from minichain.dist import launcher
 from tests.dist._launch import require_mpi, run_mpi
 

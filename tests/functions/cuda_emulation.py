@@ -115,7 +115,7 @@ def emulated_cuda(monkeypatch):
     if CXX is None:
         pytest.skip('no C++ compiler to emulate the CUDA kernels')
     from minichain import backend
-    from minichain.kernels.cuda import _elementwise as _cuda_kernels
+    _cuda_kernels = pytest.importorskip('minichain.kernels.cuda._elementwise')
     monkeypatch.setattr(backend, 'get_cupy', fake_cupy)
     monkeypatch.setattr(_cuda_kernels, '_kernels', {})
     return _cuda_kernels

@@ -4,7 +4,7 @@ import pytest
 
 from minichain import Variable, backend
 import minichain.functions as F
-from minichain.kernels.numpy import _im2col
+from minichain.functions import geometry
 from minichain.gradient_check import check_backward, check_double_backward
 from minichain.functions.pooling import _pool_geometry
 from tests.functions.cuda_emulation import emulated_cuda  # noqa: F401
@@ -25,8 +25,8 @@ def _windows(x, k, s, p, cover_all):
     """Yield (i, j, window) for every output position (naive loops)."""
     s = s or k
     n, c, h, w = x.shape
-    oh = _im2col.conv_outsize(h, k[0], s[0], p[0], cover_all)
-    ow = _im2col.conv_outsize(w, k[1], s[1], p[1], cover_all)
+    oh = geometry.conv_outsize(h, k[0], s[0], p[0], cover_all)
+    ow = geometry.conv_outsize(w, k[1], s[1], p[1], cover_all)
     for i in range(oh):
         for j in range(ow):
             cells = [x[:, :, r, q]

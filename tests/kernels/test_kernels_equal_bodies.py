@@ -22,7 +22,7 @@ import pytest
 import minichain
 from minichain import functions as F
 from minichain import kernels, optimizers
-from minichain.functions import _geometry
+from minichain.functions import geometry
 from minichain.functions import pooling as P
 from minichain.functions.basic_math import MatMul
 from minichain.kernels import testing
@@ -268,7 +268,7 @@ def test_the_switch_turns_the_kernels_off(monkeypatch):
     def spy(node, inputs):
         calls.append(1)
         return real(node, inputs)
-    monkeypatch.setitem(kernels._registry, (F.basic_math.MatMul, 'numpy'),
+    monkeypatch.setitem(kernels.registry, (F.basic_math.MatMul, 'numpy'),
                         spy)
     x = numpy.ones((2, 3), numpy.float64)  # no oneDNN kernel for MatMul
     F.matmul(x, x.T)
@@ -282,8 +282,8 @@ def test_geometry_window_reads_the_pixels_of_the_formula():
     """The bodies' window(): output (i, j) at offset (ky, kx) reads input
     pixel (i*sy + ky*dy - ph, j*sx + kx*dx - pw)."""
     x = numpy.arange(2 * 7 * 6, dtype=numpy.float32).reshape(1, 2, 7, 6)
-    g = _geometry.Geometry(3, 2, 2, 1, 1, 0, 2, 1, 7, 6, 3, 5)
-    win = _geometry.window(_geometry.padded(x, g, -1), g, 2, 1)
+    g = geometry.Geometry(3, 2, 2, 1, 1, 0, 2, 1, 7, 6, 3, 5)
+    win = geometry.window(geometry.padded(x, g, -1), g, 2, 1)
     for i in range(g.oh):
         for j in range(g.ow):
             r, c = i * 2 + 2 * 2 - 1, j * 1 + 1 * 1 - 0

@@ -19,7 +19,7 @@ from minichain import functions as F
 from minichain import kernels, using_config
 from minichain.functions import convolution as C
 from minichain.functions import normalization as N
-from minichain.functions._channel_layout import Layout
+from minichain.functions.channel_layout import Layout
 
 onednn = pytest.importorskip('minichain.kernels.onednn')
 if not onednn.available():

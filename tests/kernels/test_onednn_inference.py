@@ -13,7 +13,7 @@ import pytest
 from minichain import kernels, using_config
 from minichain import functions as F
 from minichain.functions import normalization as N
-from minichain.functions._channel_layout import Layout
+from minichain.functions.channel_layout import Layout
 from tests.kernels.test_onednn import (BNS, U, _both, _channels_last,
                                        _rand, _same_retained, onednn)
 

@@ -270,7 +270,7 @@ def test_the_seam_falls_back_to_the_numpy_kernels(monkeypatch):
     # one: float64 through every oneDNN kernel here gives the NumPy path's
     # result exactly.
     for node_type, kernel in onednn.UNREGISTERED:
-        monkeypatch.setitem(kernels._registry, (node_type, 'onednn'),
+        monkeypatch.setitem(kernels.registry, (node_type, 'onednn'),
                             onednn._gated(kernel))
     x = numpy.random.default_rng(3).standard_normal((2, 4, 6, 6))
     g = _geometry(x)

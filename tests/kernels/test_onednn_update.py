@@ -117,7 +117,7 @@ def test_the_seam_runs_the_kernel_and_the_switch_turns_it_off(monkeypatch):
     def spy(rule, param):
         calls.append(param.shape)
         return KERNEL(rule, param)
-    monkeypatch.setitem(kernels._registry, (MomentumSGDRule, 'onednn'),
+    monkeypatch.setitem(kernels.registry, (MomentumSGDRule, 'onednn'),
                         onednn._gated(spy))
     p, g, _ = _case((512, 256), 2)
     results = []

@@ -36,6 +36,8 @@ fourth implementation: it steps only this rank's shard of the parameters
 """
 import contextlib
 
+from minichain.dist import hooks
+
 
 class Averaging:
     """The interface (and the defaults: nothing to set up or prepare).
@@ -85,7 +87,8 @@ class Averaging:
     def step(self, optimizer, *args, **kwds):
         """Step ``optimizer`` (the wrapped one) on the averaged gradients:
         every parameter here; a sharded state steps only its shard."""
-        optimizer.update(None, *args, **kwds)
+        with hooks.span('update', sync=optimizer.target.device_id >= 0):
+            optimizer.update(None, *args, **kwds)
 
     def stepped(self, model):
         """Called after the optimizer stepped on the averaged gradients

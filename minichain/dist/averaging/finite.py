@@ -13,7 +13,7 @@ import numpy
 
 from minichain import backend
 from minichain.dist.averaging.base import Wrapper
-from minichain.dist.guards.agreement import format_ranks
+from minichain.dist.failures import format_ranks
 
 _MAX_NAMES = 3
 

@@ -45,17 +45,16 @@ On the loaded 2-core machine, testing in the hooks only was not measurably
 different; MPICH's progress thread was clearly slower (``bench/scaling.py
 --overlap --progress nodes,poll,async``, bench/README.md). On the GPU, NCCL reduces the buckets on a side stream
 that waits for the compute stream with an event
-(:mod:`minichain.dist.transports.nccl_buckets`).
+(:mod:`minichain.dist.nccl_buckets`).
 """
 import zlib
 
 import numpy
 
 from minichain import backend
+from minichain.dist import hooks, mpi, packing
 from minichain.dist.averaging.after_backward import AfterBackward
-from minichain.dist.transports import mpi, packing
-from minichain.dist.guards import safety
-from minichain.dist.trace import timeline
+from minichain.dist.failures import partial_grads_error
 
 MIB = 1 << 20
 BUCKET_MB = 25.0          # PyTorch DDP's bucket_cap_mb
@@ -125,7 +124,7 @@ class Bucket:
         start: index of the first entry in the plan's order.
         buf: the buffer the averaged gradients are read from.
         nbytes: bytes on the wire.
-        packer: this step's :class:`~minichain.dist.transports.packing.Packer` (it
+        packer: this step's :class:`~minichain.dist.packing.Packer` (it
             holds the gradients until the bucket is done).
         work: the transport's handles while in flight.
     """
@@ -135,7 +134,7 @@ class Bucket:
         self.size = sum(p.size for _, p in entries)
         self.nbytes = self.size * itemsize
         self.packer = self.work = self.host = None
-        self.span = timeline.NO_SPAN
+        self.span = hooks.NO_SPAN
 
     def describe(self):
         """The bucket as a layout entry the ranks must agree on."""
@@ -243,7 +242,7 @@ class Reducer:
         self._fired.append(param)
         if not self.armed:
             return
-        timeline.mark('grad', param.grad.nbytes)
+        hooks.mark('grad', param.grad.nbytes)
         step = self.step or self._begin()
         if step is None:
             return
@@ -257,7 +256,7 @@ class Reducer:
         step.ready.add(id(param))
         step.remaining[k] -= 1
         if step.remaining[k] == 0:
-            timeline.mark('ready', self.plan.buckets[k].nbytes)
+            hooks.mark('ready', self.plan.buckets[k].nbytes)
         step.during_backward += self._launch_ready(step)
         self._poll(step)
 
@@ -276,7 +275,7 @@ class Reducer:
         this layout exists; else leave the whole step to finish."""
         if self.plan is None or self._deferred:
             return None
-        layout = safety.param_layout(self.model.namedparams())
+        layout = packing.param_layout(self.model.namedparams())
         if layout != self.plan.layout:  # the model changed: plan again
             self._deferred = True
             return None
@@ -289,7 +288,7 @@ class Reducer:
             replan = self.plan is None or layout != self.plan.layout
             plan_entries = ([('(buckets)', 'tag', 'planned now')] if replan
                             else self.plan.describe())
-            safety.agree(wire, layout + list(self.comm.layout_extra(
+            self.comm.agree_layout(wire, layout + list(self.comm.layout_extra(
                 self.model)) + self._settings() + plan_entries,
                 'multi_node_mean_grad', step=self._step_count())
             if replan:
@@ -358,14 +357,14 @@ class Reducer:
         step.has[here] = ~step.missing[here]
         bucket.packer = packing.Packer(grads)
         self.transport.start(bucket, self.scale)
-        bucket.span = timeline.span('bucket', bucket.nbytes).start()
+        bucket.span = hooks.span('bucket', bucket.nbytes).start()
         step.in_flight.append(bucket)
 
     def _launch_rest(self, step):
         for k, n in enumerate(step.remaining):
             if n:
                 step.remaining[k] = 0
-                timeline.mark('ready', self.plan.buckets[k].nbytes)
+                hooks.mark('ready', self.plan.buckets[k].nbytes)
         self._launch_ready(step)
 
     def _poll(self, step):
@@ -387,11 +386,11 @@ class Reducer:
         """
         step = self.step
         if step is None:
-            step = self._open(safety.param_layout(self.model.namedparams()))
+            step = self._open(packing.param_layout(self.model.namedparams()))
         wire = self.comm.bucket_wire()
         try:
             self._launch_rest(step)
-            with timeline.span('wait'):
+            with hooks.span('wait'):
                 for bucket in self.plan.buckets:
                     self.transport.complete(bucket)
                     if bucket in step.in_flight:
@@ -407,7 +406,7 @@ class Reducer:
             raise error
 
     def _set_grads(self, step, zero_fill, wire):
-        with timeline.span('unpack', sum(b.nbytes for b in self.plan.buckets)):
+        with hooks.span('unpack', sum(b.nbytes for b in self.plan.buckets)):
             for bucket in self.plan.buckets:
                 bucket.packer.unpack(bucket.buf)
                 bucket.packer = None
@@ -418,5 +417,5 @@ class Reducer:
         partial = ~nowhere & (step.has < self.comm.size)
         if zero_fill or not partial.any():
             return None
-        return safety.partial_grads_error(
+        return partial_grads_error(
             wire, [n for n, _ in self.plan.entries], step.missing, partial)

@@ -40,8 +40,9 @@ import numpy
 
 from minichain.optimizer import Hyperparameter
 from minichain.serializers.base import Deserializer
+from minichain.dist import hooks
 from minichain.dist.averaging.base import Averaging
-from minichain.dist.transports.packing import BufferCache, Packer
+from minichain.dist.packing import BufferCache, Packer
 
 
 class Piece:
@@ -145,7 +146,8 @@ class Sharded(Averaging):
         target = optimizer.target
         optimizer.target = ShardTarget(self.pieces, self.comm)
         try:
-            optimizer.update(None, *args, **kwds)
+            with hooks.span('update', sync=target.device_id >= 0):
+                optimizer.update(None, *args, **kwds)
         finally:
             optimizer.target = target
 

@@ -11,7 +11,17 @@
 * :mod:`~minichain.dist.guards.watchdog` (with ``stall_notes``) -- no rank
   waits forever: every MPI wait is polled under a stall timeout.
 
-The protocol (``flat.py``, ``communicator_base.py``) works without them
-(``create_communicator(name, layers=())``); a student can skip this folder
-on first reading.
+Installed by one line of ``minichain/dist/__init__.py``: ``Guarded`` goes
+in front of every communicator. The protocol (``flat.py``,
+``communicator_base.py``) works without it (``create_communicator(name,
+layers=())``, or this folder deleted); a student can skip it at first.
 """
+from minichain.dist import hooks
+from minichain.dist.guards import agreement, guarded, safety
+
+hooks.layers.append(guarded.Guarded)
+hooks.names.update(
+    CollectiveMismatchError=agreement.CollectiveMismatchError,
+    ModelMismatchError=safety.ModelMismatchError,
+    check_same_model=safety.check_same_model,
+    set_abort_on_exception=safety.set_abort_on_exception)

@@ -12,12 +12,13 @@ It replaces the small exchanges the collectives made anyway (shapes,
 lengths), so that the training path pays no extra message for it.
 """
 import hashlib
-import pickle
 import zlib
 
 import numpy
 
-from minichain.dist.transports import mpi
+from minichain.dist import mpi
+from minichain.dist.failures import (  # noqa: F401 - also public here
+    Failure, attempt, by_rank, format_ranks, raise_failures)
 
 HEADER_SIZE = 16
 N_MAXES, N_ROOT = 4, 6     # header slots: combined by max, set by the root
@@ -32,49 +33,7 @@ class CollectiveMismatchError(RuntimeError):
     """The ranks called different collectives (raised on every rank)."""
 
 
-class Failure:
-    """A local error carried by the header to every rank (see
-    :func:`attempt`)."""
 
-    def __init__(self, error):
-        self.type, self.text = type(error), str(error)
-        try:  # it travels to the other ranks, by name
-            pickle.loads(pickle.dumps(self.type))
-        except Exception:  # noqa: BLE001 - e.g. a class local to a function
-            self.type = RuntimeError
-            self.text = '{}: {}'.format(type(error).__name__, self.text)
-
-    def __repr__(self):
-        return 'Failure({}: {})'.format(self.type.__name__, self.text)
-
-
-def attempt(fn, *args):
-    """``fn(*args)``, or a :class:`Failure` for a TypeError or ValueError,
-    to be agreed on in the header (so that every rank raises it)."""
-    try:
-        return fn(*args)
-    except (TypeError, ValueError) as e:
-        return Failure(e)
-
-
-def raise_failures(values):
-    """Raise the first :class:`Failure` among every rank's ``values`` (its
-    type, naming the ranks when there are several); return otherwise.
-
-    The error has ``raised_on_every_rank = True``: the other ranks raise it
-    too (so a handler need not tell them)."""
-    failed = [(r, v) for r, v in enumerate(values) if isinstance(v, Failure)]
-    if failed:
-        rank, f = failed[0]
-        where = '' if len(values) == 1 else ' (on {})'.format(
-            format_ranks([r for r, _ in failed]))
-        try:
-            error = f.type(f.text + where)
-        except Exception:  # noqa: BLE001 - a type that wants more arguments
-            error = RuntimeError('{}: {}{}'.format(f.type.__name__, f.text,
-                                                   where))
-        error.raised_on_every_rank = True
-        raise error
 
 
 def _code(kind):
@@ -145,14 +104,6 @@ def _differ(kind):
     return error
 
 
-def by_rank(values, show=repr):
-    """``'rank 0: a; ranks 1-3: b'``: ``values`` (one per rank) grouped."""
-    groups = {}
-    for rank, value in enumerate(values):
-        groups.setdefault(show(value), []).append(rank)
-    return '; '.join('{}: {}'.format(format_ranks(ranks), text)
-                     for text, ranks in groups.items())
-
 
 def collective_mismatch_message(wire, calls):
     """The text of a CollectiveMismatchError: every rank's call."""
@@ -207,18 +158,6 @@ def _digest(layout):
     digest = hashlib.blake2b(repr(layout).encode(), digest_size=8).digest()
     return int.from_bytes(digest, 'little') & ((1 << 62) - 1)
 
-
-def format_ranks(ranks):
-    """``[0, 2, 3, 4]`` -> ``'ranks 0, 2-4'``."""
-    parts, start = [], None
-    for i, r in enumerate(ranks):
-        if start is None:
-            start = r
-        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
-            parts.append(str(start) if start == r else
-                         '{}-{}'.format(start, r))
-            start = None
-    return ('rank ' if len(ranks) == 1 else 'ranks ') + ', '.join(parts)
 
 
 def raise_everywhere(wire, error):

@@ -16,7 +16,7 @@
 * an uncaught exception on one rank ends the whole job
   (:func:`minichain.dist.guards.safety.install_abort_hook`).
 """
-from minichain.dist.transports import mpi, shm_files
+from minichain.dist import mpi, shm_files
 from minichain.dist.guards import agreement, safety, watchdog
 
 
@@ -34,29 +34,16 @@ class Guarded:
     def make_wire(self, mpi_comm, label):
         return watchdog.Wire(mpi_comm, label)
 
-    def free_wire(self, wire):
-        wire.free()
-
-    def collective(self, kind):
-        return self.wire.collective(kind)
-
     def header(self, agree=None, on_mismatch=None, maxes=(), root=None,
                root_values=()):
         return agreement.header(self.wire, agree, on_mismatch, maxes, root,
                                 root_values)
 
-    def wait_until(self, done, what, on_stall=None, wire=None):
-        (wire or self.wire).wait_until(done, what, on_stall)
-
-    def wait_request(self, request):
-        self.wire.wait(request)
+    def agree_layout(self, wire, layout, where, step=None):
+        safety.agree(wire, layout, where, step=step)
 
     def raise_everywhere(self, error):
         agreement.raise_everywhere(self.wire, error)
-
-    def average_grads(self, model, zero_fill=False, step=None, active=None):
-        with self.collective('multi_node_mean_grad'):
-            return super().average_grads(model, zero_fill, step, active)
 
     def plan_grads(self, model, zero_fill=False, step=None, active=None):
         # The header is the step's first collective: a rank that arrives

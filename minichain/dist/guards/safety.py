@@ -25,8 +25,10 @@ import traceback
 
 import numpy
 
-from minichain.dist.transports import mpi
+from minichain.dist import mpi
+from minichain.dist.failures import partial_grads_error  # noqa: F401
 from minichain.dist.guards import watchdog
+from minichain.dist.packing import param_layout  # noqa: F401 - public here
 from minichain.dist.guards.agreement import (  # noqa: F401 - also public here
     CollectiveMismatchError, Failure, attempt, by_rank, format_ranks, header,
     layout_hash)
@@ -92,20 +94,6 @@ def _abort_hook(exc_type, exc, tb):
 
 
 # -- same-model check ---------------------------------------------------------
-def param_layout(named_params):
-    """``[(path, shape, dtype code)]`` of ``(path, Parameter)`` pairs (dtype
-    codes such as ``'<f4'``: cheaper to read than names, shown as names).
-
-    An uninitialized parameter has shape and dtype None.
-    """
-    out = []
-    for name, p in named_params:
-        a = p.array
-        out.append((name, None, None) if a is None
-                   else (name, a.shape, a.dtype.str))
-    return out
-
-
 def persistent_layout(named_persistents):
     """``[(path, shape, dtype name)]`` of persistent values (scalars: shape
     ``'scalar'`` and the Python type name)."""
@@ -254,19 +242,3 @@ def plan_grads(wire, named_params, zero_fill, extra=(), step=None,
                                   missing, partial)
     return [entry for entry, e in zip(entries, everywhere) if not e], \
         n_active
-
-
-def partial_grads_error(wire, names, missing, partial):
-    """The ValueError for gradients that are None on some ranks only
-    (collective: gathers which ranks lack them). ``missing``: this rank's
-    flags, ``partial``: the agreed ones, both aligned with ``names``."""
-    ranks_missing = wire.allgather_obj(numpy.flatnonzero(missing))
-    lines = []
-    for i in numpy.flatnonzero(partial):
-        ranks = [r for r, m in enumerate(ranks_missing) if i in m]
-        lines.append('  {}: no gradient on {}'.format(names[i],
-                                                      format_ranks(ranks)))
-    return ValueError(
-        'multi_node_mean_grad: some gradients are None on some ranks only '
-        '(a branch of the model was not used there); pass zero_fill=True '
-        'to average them as zeros:\n' + '\n'.join(lines))

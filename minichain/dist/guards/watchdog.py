@@ -60,7 +60,7 @@ import sys
 import time
 import weakref
 
-from minichain.dist.transports import mpi, shm_files
+from minichain.dist import mpi, shm_files
 from minichain.dist.guards import stall_notes
 
 ENV = 'MINICHAIN_STALL_TIMEOUT'

@@ -47,13 +47,10 @@ import pytest
 from minichain.dist.testing import peers
 from minichain.dist.testing import reports
 from minichain.dist.testing import relaunch
-from minichain.dist.transports import shm_files
-from minichain.dist.transports.mpi import TAG_TEST_ACK, TAG_TEST_RECORD
+from minichain.dist import shm_files
+from minichain.dist.mpi import TAG_TEST_ACK, TAG_TEST_RECORD
 
 DEFAULT_TIMEOUT = 300.0
-# Its module path until 2026-12 (minichain/dist/_moved.py keeps it
-# importable; testing/plugin_old_name.py is what it names).
-OLD_NAME = 'minichain.dist.pytest_plugin'
 _STATE = pytest.StashKey()
 _SKIP = pytest.StashKey()
 
@@ -243,10 +240,6 @@ def _wait_for(ready, seconds):
 # -- hooks ---------------------------------------------------------------------
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
-    if config.pluginmanager.is_blocked(OLD_NAME):
-        raise pytest.UsageError(
-            '-p no:{}: the plugin is named {} since 2026-12; write -p no:{}'
-            .format(OLD_NAME, __name__, __name__))
     peer = peers.active_peer(config)
     what = ('(ranks=[2, 3], timeout=300): run the test as an MPI job of each '
             'rank count ({}); a bare mark only labels a test that starts MPI '

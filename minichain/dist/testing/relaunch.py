@@ -29,7 +29,7 @@ import traceback
 import pytest
 
 from minichain.dist.testing import reports
-from minichain.dist.transports import shm_files
+from minichain.dist import shm_files
 from minichain.dist import launcher
 
 ENV_JOB = 'MINICHAIN_PYTEST_JOB'

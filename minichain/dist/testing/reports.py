@@ -10,7 +10,7 @@ which did not finish and where they were.
 """
 import collections
 
-from minichain.dist.guards.safety import format_ranks
+from minichain.dist.failures import format_ranks
 
 PHASES = ('collect', 'setup', 'call', 'teardown')
 _WHERE = {'collect': 'while collecting', 'setup': 'in setup',

@@ -10,5 +10,14 @@
 * :mod:`~minichain.dist.trace.cost_model` -- ``dist.explain``: the
   alpha-beta model of what a step should cost.
 
-Nothing in the protocol depends on it being read; a student can skip it.
+Installed by one line of ``minichain/dist/__init__.py``: it fills the
+protocol's ``hooks.span`` and ``hooks.mark`` with the timeline's and puts
+``Traced`` in front of every communicator. Nothing in the protocol depends
+on it; a student can skip it.
 """
+from minichain.dist import hooks
+from minichain.dist.trace import cost_model, timeline, traced
+
+hooks.span, hooks.mark = timeline.span, timeline.mark
+hooks.layers.append(traced.Traced)
+hooks.names['explain'] = cost_model.explain

@@ -54,7 +54,7 @@ def measure(comm, nbytes=1 << 20, repeat=5):
     p = mpi.size
     if p == 1:
         return None
-    from minichain.dist.transports.mpi import import_mpi
+    from minichain.dist.mpi import import_mpi
     MPI = import_mpi()
     times = []
     for n in (1, max(1, nbytes // 4)):
@@ -77,8 +77,7 @@ def _itemsize(dtype):
 
 def _messages(comm, rows, on_gpu, dtype):
     """``[(nbytes, ranks, medium)]`` that one step sends, and a description."""
-    from minichain.dist.transports import mpi
-    from minichain.dist.transports.pipeline import PIPELINE_BYTES
+    from minichain.dist import mpi
     name, p = comm.name, comm.size
     total = sum(r[3] for r in rows)
     if name == 'naive':
@@ -91,10 +90,14 @@ def _messages(comm, rows, on_gpu, dtype):
         return ([(total, intra, 'nccl'), (total, inter, 'mpi')],
                 'NCCL reduce + broadcast in each node ({} ranks), MPI '
                 'Allreduce between {} nodes'.format(intra, inter))
-    chunk = mpi.CHUNK_BYTES if on_gpu else min(PIPELINE_BYTES,
-                                                mpi.CHUNK_BYTES)
-    chunk = max(1, chunk // _itemsize(dtype)) * _itemsize(dtype)
-    sizes = [min(chunk, total - lo) for lo in range(0, total, chunk)]
+    size = _itemsize(dtype)
+    if on_gpu:
+        chunk = max(1, mpi.CHUNK_BYTES // size) * size
+        sizes = [min(chunk, total - lo) for lo in range(0, total, chunk)]
+    else:  # the pieces the communicator cuts a host buffer in (no copy)
+        like = numpy.broadcast_to(numpy.zeros((), dtype), (total // size,))
+        sizes = [(hi - lo) * size for lo, hi in comm.pieces(like)]
+        chunk = max(sizes, default=0)
     how = ('{} of the packed buffer in {} chunk{} of at most {:,} bytes'
            .format('the ring allreduce (minichain.dist.ring: Isend/Irecv)'
                    if name == 'ring' else 'MPI Allreduce', len(sizes),

@@ -42,6 +42,7 @@ import os
 import time
 
 from minichain import backend
+from minichain.dist import hooks
 
 __all__ = ['ENV', 'Recorder', 'record', 'span', 'start', 'summarize',
            'to_trace']
@@ -117,7 +118,7 @@ class Recorder:
         if self.size == 1:
             per_rank = [mine]
         else:
-            from minichain.dist.transports import mpi
+            from minichain.dist import mpi
             if self.rank != 0:
                 mpi.send_obj(self._comm, mine, 0, tag=mpi.TAG_TIMELINE)
                 return None
@@ -161,26 +162,8 @@ class _Span:
         self.recorder.stop(self.name, self.started, self.nbytes, self.sync)
 
 
-class _NoSpan:
-    """What :func:`span` returns while nothing records: a ``with`` block
-    that does nothing around its body."""
-
-    __slots__ = ()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        return None
-
-    def start(self):
-        return self
-
-    def stop(self):
-        return None
-
-
-NO_SPAN = _NoSpan()
+# While nothing records: the protocol's own do-nothing span (its hook).
+NO_SPAN = hooks.NO_SPAN
 
 
 def span(name, nbytes=None, sync=False):
@@ -209,12 +192,6 @@ def mark(name, nbytes=None):
     if recorder is not None:
         now = recorder.start()
         recorder.events.append((name, now, now, nbytes))
-
-
-def no_span(name, nbytes=None, sync=False):
-    """:func:`span`'s signature, never timed: for a step that is timed in
-    one caller's context and not in another's."""
-    return NO_SPAN
 
 
 def to_trace(per_rank):
@@ -345,7 +322,7 @@ def _row(label, nbytes, us, factor):
 
 def _world():
     """MPI.COMM_WORLD, or a one-rank stand-in without mpi4py."""
-    from minichain.dist.transports import mpi
+    from minichain.dist import mpi
     try:
         return mpi.import_mpi().COMM_WORLD
     except ImportError:

@@ -9,7 +9,7 @@ the packed buffer, and ``bcast_data``'s ``bcast``. While nothing records,
 a span costs one call (``bench/timeline_cost.py``).
 """
 from minichain import backend
-from minichain.dist.transports import packing
+from minichain.dist import packing
 from minichain.dist.trace import timeline
 
 

@@ -10,7 +10,7 @@ pieces`); this layer only makes the pieces small.
 import numpy
 
 from minichain import backend
-from minichain.dist.transports import mpi
+from minichain.dist import mpi
 
 PIPELINE_BYTES = 4 << 20
 

@@ -16,7 +16,7 @@ second that every slice is summed. The packing copy is then the only copy.
 The file is made by rank 0 (in ``/dev/shm``, memory-backed), opened by the
 others and removed as soon as all have mapped it: the memory lives until
 the last rank unmaps it, and no job, however it ends, leaves it behind
-(as :mod:`minichain.dist.transports.shm_files` does for MPICH's own).
+(as :mod:`minichain.dist.shm_files` does for MPICH's own).
 
 Only a communicator whose sum is MPI's Allreduce gets it (the flat one; the
 ring keeps its ring), on host buffers (CuPy buffers go through their own
@@ -31,7 +31,8 @@ import weakref
 import numpy
 
 from minichain import backend
-from minichain.dist.transports import mpi, pipeline
+from minichain.dist import mpi
+from minichain.dist.transports import pipeline
 
 # Each rank's region starts on a page of its own.
 _ALIGN = mmap.PAGESIZE

@@ -30,7 +30,7 @@ the kernel seam (:mod:`minichain.kernels`).
 """
 from minichain import backend
 from minichain.functions import convolution as _conv
-from minichain.functions._geometry import (Geometry, conv_outsize,
+from minichain.functions.geometry import (Geometry, conv_outsize,
                                            is_pointwise, window_slices)
 
 # The columns of one image group at most this many bytes: large enough for

@@ -2,10 +2,10 @@
 read the big arrays once and never hold a float16 sum.
 
 Per-channel quantities are arrays of the channel shape ``layout.cshape``
-(``functions/_channel_layout.py``).
+(``functions/channel_layout.py``).
 """
 from minichain import backend, kernels
-from minichain.functions._channel_layout import acc_dtype
+from minichain.functions.channel_layout import acc_dtype
 from minichain.functions.normalization import (BatchNormalization,
                                                BatchNormalizationGrad,
                                                FixedBatchNormalization)

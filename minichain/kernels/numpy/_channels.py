@@ -10,7 +10,7 @@ channels go in blocks over the kernel's threads (:func:`per_channel`).
 """
 import numpy
 
-from minichain.functions._channel_layout import (  # noqa: F401 (shared)
+from minichain.functions.channel_layout import (  # noqa: F401 (shared)
     Layout, acc_dtype)
 from minichain.kernels.numpy import _layout, _parallel
 

@@ -3,7 +3,7 @@
 Everything here works on raw NumPy arrays; the kernels of the convolution
 nodes (``convolution.py`` beside this file) call it. The geometry
 (``Geometry``, the output sizes, the window slices) lives in
-``functions/_geometry.py``, which the ops' bodies share.
+``functions/geometry.py``, which the ops' bodies share.
 
 Column layouts. ``im2col`` (the public one) returns (N, C, kh, kw, oh, ow).
 The GEMM path builds *chunks* of B images in the layout (C, kh, kw, B, oh, ow),
@@ -29,7 +29,7 @@ from numpy.lib.stride_tricks import as_strided
 from minichain import backend, host
 from minichain.kernels.numpy import (_batch_last, _conv_matrices, _parallel,
                                      _strided_pointwise)
-from minichain.functions._geometry import (  # noqa: F401  (shared names)
+from minichain.functions.geometry import (  # noqa: F401  (shared names)
     Geometry, conv_outsize, deconv_outsize, is_pointwise, window_slices)
 
 # Columns of one chunk: at least this many for an efficient GEMM (OpenBLAS

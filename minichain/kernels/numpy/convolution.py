@@ -4,7 +4,7 @@ threads, channel-major outputs, 1x1 products read in place
 import numpy
 
 from minichain import kernels
-from minichain.functions import _geometry
+from minichain.functions import geometry
 from minichain.functions.convolution import (Convolution2D,
                                              Convolution2DGradW,
                                              Deconvolution2D)
@@ -16,7 +16,7 @@ def _numpy(inputs):
 
 
 def _geometry_of(node, k, in_size, out_size):
-    return _geometry.Geometry(k[0], k[1], node.stride[0], node.stride[1],
+    return geometry.Geometry(k[0], k[1], node.stride[0], node.stride[1],
                               node.pad[0], node.pad[1], node.dilate[0],
                               node.dilate[1], in_size[0], in_size[1],
                               out_size[0], out_size[1])
@@ -28,7 +28,7 @@ def convolution_2d(node, inputs):
     x, W = inputs[:2]
     node.retain_inputs((0, 1))
     k = W.shape[2:]
-    out = tuple(_geometry.conv_outsize(x.shape[2 + a], k[a], node.stride[a],
+    out = tuple(geometry.conv_outsize(x.shape[2 + a], k[a], node.stride[a],
                                        node.pad[a], node.cover_all,
                                        node.dilate[a]) for a in (0, 1))
     g = _geometry_of(node, k, x.shape[2:], out)

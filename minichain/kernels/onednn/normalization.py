@@ -72,22 +72,12 @@ def batch_normalization(node, inputs):
         numpy.add(y, residual, out=y)
         if node.relu:
             numpy.maximum(y, numpy.float32(0), out=y)
-    node.retain_inputs((0, 1))
-    if node.relu:
-        node.retain_outputs((0,))
     # float64 on the way, as the body's one-pass variance is not: the
-    # statistics then agree with the body's to float32 rounding.
-    node.mean = mean
-    node.inv_std = (1.0 / numpy.sqrt(var.astype(numpy.float64)
-                                     + node.eps)).astype(numpy.float32)
-    node.centered = True   # the body's backward then forms x - mean
-    if node.running_mean is not None:
-        d = node.decay
-        node.running_mean[...] = d * node.running_mean + (1 - d) * mean
-    if node.running_var is not None:
-        d, m = node.decay, node.lay.m
-        node.running_var[...] = (d * node.running_var
-                                 + (1 - d) * m / (m - 1) * var)
+    # statistics then agree with the body's to float32 rounding. Centered:
+    # the body's backward then forms x - mean.
+    inv_std = (1.0 / numpy.sqrt(var.astype(numpy.float64)
+                                + node.eps)).astype(numpy.float32)
+    node.keep_statistics(mean, var, inv_std, True)
     return y,
 
 

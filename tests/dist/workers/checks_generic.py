@@ -7,7 +7,7 @@ import minichain
 from minichain import dist
 from minichain import functions as F
 from minichain import links as L
-from minichain.dist.transports import mpi
+from minichain.dist import mpi
 from minichain.dist.batch_normalization import (
     MultiNodeBatchNormalization, multi_node_batch_normalization)
 from minichain.gradient_check import check_backward, check_double_backward

@@ -7,7 +7,7 @@ import minichain
 from minichain import FunctionNode, Variable, dist, optimizers
 from minichain import functions as F
 from minichain.configuration import using_config
-from minichain.dist.guards.agreement import format_ranks
+from minichain.dist.failures import format_ranks
 
 import _models as M
 from checks_model import (_data, _equivalent, _expect_error, _mnbn_resnet,

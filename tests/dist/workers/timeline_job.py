@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from minichain import dist, optimizers  # noqa: E402
 from minichain import functions as F  # noqa: E402
-from minichain.dist import timeline  # noqa: E402
+from minichain.dist.trace import timeline  # noqa: E402
 from _models import MLP  # noqa: E402
 
 

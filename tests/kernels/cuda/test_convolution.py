@@ -5,7 +5,7 @@ import numpy
 import pytest
 
 from minichain.functions import convolution as C
-from minichain.functions._geometry import conv_outsize
+from minichain.functions.geometry import conv_outsize
 from minichain.kernels.cuda import convolution as K
 
 # name: (x shape, W shape, stride, pad, dilate, groups, cover_all)

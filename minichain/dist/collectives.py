@@ -12,9 +12,9 @@ import pickle
 
 import numpy
 
-from minichain.dist.transports import mpi
-from minichain.dist.guards import agreement
-from minichain.dist.guards.agreement import attempt
+from minichain.dist import mpi
+from minichain.dist import failures
+from minichain.dist.failures import attempt
 
 _OPS = ('sum', 'mean', 'max', 'min', 'prod')
 
@@ -34,7 +34,7 @@ def _meta_error(where, names=()):
 
     def error(metas):
         return ValueError('{}: the arrays differ between ranks: {}'.format(
-            where, agreement.by_rank(metas, show)))
+            where, failures.by_rank(metas, show)))
     return error
 
 
@@ -65,7 +65,7 @@ class CollectivesMixin:
         buf = data.copy() if data is not None else numpy.empty(n, numpy.uint8)
         mpi.bcast_buffer(self.wire, buf, root)
         value = obj if self.rank == root else pickle.loads(buf.tobytes())
-        agreement.raise_failures([value])
+        failures.raise_failures([value])
         return value
 
     # -- arrays ---------------------------------------------------------------

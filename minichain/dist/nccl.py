@@ -8,8 +8,8 @@ called, so importing this module needs neither. The unique ID -> broadcast
 import numpy
 
 from minichain import backend
-from minichain.dist.transports import mpi
-from minichain.dist.guards.agreement import format_ranks
+from minichain.dist import mpi
+from minichain.dist.failures import format_ranks
 
 BFLOAT16 = 'bfloat16'
 

@@ -150,3 +150,17 @@ def _device_of(buf):
     device = backend.get_device_id(buf)
     return contextlib.nullcontext() if device < 0 else backend.cuda_device(
         device)
+
+
+def param_layout(named_params):
+    """``[(path, shape, dtype code)]`` of ``(path, Parameter)`` pairs (dtype
+    codes such as ``'<f4'``: cheaper to read than names, shown as names).
+
+    An uninitialized parameter has shape and dtype None.
+    """
+    out = []
+    for name, p in named_params:
+        a = p.array
+        out.append((name, None, None) if a is None
+                   else (name, a.shape, a.dtype.str))
+    return out

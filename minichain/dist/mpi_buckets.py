@@ -13,8 +13,7 @@ staged through host memory, as the flat communicator does.
 import numpy
 
 from minichain import backend
-from minichain.dist.transports import mpi, packing
-from minichain.dist.trace import timeline
+from minichain.dist import hooks, mpi, packing
 
 
 class MpiBuckets:
@@ -46,7 +45,7 @@ class MpiBuckets:
         """Pack the bucket's gradients times ``scale``; returns the host
         buffer that carries them (a copy of the device's for CuPy)."""
         host = bucket.buf
-        with timeline.span('pack', bucket.nbytes, sync=self.device >= 0):
+        with hooks.span('pack', bucket.nbytes, sync=self.device >= 0):
             if self.device < 0:
                 bucket.packer.pack(host, scale)
             else:

@@ -15,9 +15,8 @@ the compute stream while the side stream still reads it.
 import numpy
 
 from minichain import backend
-from minichain.dist.trace import timeline
-from minichain.dist.transports import mpi
-from minichain.dist.transports.nccl import (BFLOAT16, from_bfloat16_bits,
+from minichain.dist import hooks, mpi
+from minichain.dist.nccl import (BFLOAT16, from_bfloat16_bits,
                                             narrow, nccl_dtype, nccl_module,
                                             to_bfloat16_bits, widen)
 
@@ -69,7 +68,7 @@ class NcclBuckets:
         with cupy.cuda.Device(self.device):
             self.stream.wait_event(cupy.cuda.get_current_stream().record())
             with self.stream:
-                with timeline.span('pack', bucket.nbytes, sync=True):
+                with hooks.span('pack', bucket.nbytes, sync=True):
                     bucket.packer.pack(bucket.buf, scale)
                 work = bucket.work = _Work(
                     to_bfloat16_bits(bucket.buf)
