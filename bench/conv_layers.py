@@ -32,7 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def record(batch, size, stem):
     """``{(x shape, W shape, stride, pad): count}`` of one forward pass."""
-    from minichain import kernels
+    from minichain import kernel_seam as kernels
     from minichain.functions import convolution
     from models.resnet import ResNet50, loss_and_accuracy
     seen = collections.Counter()
@@ -77,7 +77,7 @@ def layer_arrays(key, seed):
 def time_minichain(key, rounds):
     """Forward, input gradient, weight gradient (ms), each as a step runs
     it: the kernel that takes the arrays, else the body."""
-    from minichain import kernels
+    from minichain import kernel_seam as kernels
     from minichain.functions.convolution import (
         Convolution2D, Convolution2DGradW, Deconvolution2D)
     xs, ws, stride, pad = key

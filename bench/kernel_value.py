@@ -37,7 +37,7 @@ def main():
     os.environ.setdefault('OPENBLAS_NUM_THREADS', str(args.threads))
     sys.path.insert(0, ROOT)
     import minichain
-    from minichain import host, kernels, optimizers
+    from minichain import host, kernel_seam as kernels, optimizers
     from models.resnet import ResNet50, loss_and_accuracy
     host.tune_malloc()
     host.set_blas_threads(args.threads)

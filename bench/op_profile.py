@@ -43,10 +43,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def instrument(seconds):
-    """Wrap the kernel seam (``minichain.kernels.forward``, which runs a
+    """Wrap the kernel seam (``minichain.kernel_seam.forward``, which runs a
     node's kernel, or its body where no kernel takes the arrays) to add
     each node type's time."""
-    from minichain import kernels
+    from minichain import kernel_seam as kernels
     depth = threading.local()
     real = kernels.forward
 

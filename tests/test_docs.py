@@ -242,7 +242,10 @@ def test_readme_opens_with_the_two_commands_then_the_reading_order():
     order = text.split('## Reading order')[1].split('\n## ')[0]
     for path in ('minichain/variable.py', 'minichain/function_node.py',
                  'docs/tape.md', 'minichain/dist/optimizers.py',
-                 'docs/data_parallel.md'):
+                 'minichain/dist/averaging/after_backward.py',
+                 'docs/data_parallel.md', 'minichain/dist/pure_nccl.py',
+                 'docs/dist.md#a-default-step-from-optupdate-to-the-bytes-'
+                 'summed'):
         assert '({})'.format(path) in order, path
 
 

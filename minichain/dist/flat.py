@@ -1,4 +1,5 @@
-"""The flat communicator: one packed buffer, one MPI Allreduce."""
+"""The flat communicator: one packed buffer, one allreduce (MPI's; on one
+machine the shared-memory layer sums it instead, transports/)."""
 import numpy
 
 from minichain import backend

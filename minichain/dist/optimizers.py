@@ -141,124 +141,80 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
                                 accumulate=1, shard_state=False):
     """Wrap ``actual_optimizer`` for synchronous data-parallel training.
 
-    The contract, on every rank:
+    The contract, on every rank: the same model (paths, shapes, dtypes;
+    with the guards a mismatch raises on every rank) and the same number of
+    ``update`` calls (see :func:`join` for shards of different lengths).
+    The first ``update`` after ``setup`` broadcasts rank 0's parameters and
+    persistents and does not step (``broadcast_params()`` does it at once);
+    every later one replaces each gradient by its **mean** over ranks, then
+    steps: with a per-rank mean loss over equal batches, one process on the
+    whole batch. Batch-norm statistics stay per rank unless the model uses
+    ``MultiNodeBatchNormalization``. Example::
 
-    * every rank builds the same model (same parameter paths, shapes and
-      dtypes: checked before each allreduce, a mismatch raises on every
-      rank) and calls ``update`` the same number of times (for shards of
-      different lengths see :func:`join`);
-    * the first ``update`` after ``setup`` broadcasts rank 0's parameters
-      and persistents and does not step (``broadcast_params()`` does it
-      before the first update instead); every later one replaces each
-      gradient by its mean over ranks (parameters in sorted-path order),
-      then steps the wrapped optimizer. Gradients are **averaged**: with a
-      per-rank mean loss over equal local batches this equals one process
-      on the whole batch; a summed loss is scaled by ``1 / size``;
-    * batch-norm statistics stay per rank unless the model uses
-      ``MultiNodeBatchNormalization`` (see ``create_mnbn_model``);
-    * with ``nan_check`` a non-finite averaged gradient skips the update
-      and raises :class:`NonFiniteGradientError` on every rank, naming the
-      ranks whose own gradient was not finite. No message is added: a
-      non-finite value on any rank is non-finite in the sum on every rank,
-      so each rank checks its averaged gradient (one reduction per
-      parameter; on the GPU one read of one value, which waits for the
-      step's kernels), and only on that error path do the ranks compare.
-
-    Example::
-
-        comm = dist.create_communicator('flat')
         opt = dist.create_multi_node_optimizer(
             optimizers.MomentumSGD(lr=0.1), comm).setup(model)
         for x, t in batches:           # this rank's shard
             opt.update(lossfun, x, t)
 
     Args:
-        actual_optimizer: any minichain optimizer (not yet set up, or set
-            up: call ``setup`` on the wrapper either way).
+        actual_optimizer: any minichain optimizer.
         communicator: a minichain.dist communicator.
-        double_buffering: GPU and pure_nccl only: overlap each allreduce
-            with the next iteration, applying one-step-stale gradients.
-        zero_fill: a gradient that is None on some ranks only is averaged
-            as zeros there (else that case raises on every rank).
-        nan_check: check the averaged gradient for inf/NaN before each
-            step (see above; not with ``double_buffering``).
-        overlap: average the gradients in buckets while backward still
-            runs (:mod:`minichain.dist.averaging.overlap`; flat, pure_nccl and
-            hierarchical). The result is the same as without; the first
-            averaging after ``setup`` records the order of the buckets and
-            only sends them after backward. None: the communicator's
-            ``overlap`` (``create_communicator(..., overlap=True)``).
-        bucket_mb: the buckets' size in MiB with ``overlap`` (None: the
-            communicator's ``bucket_mb``, else 25 as DDP; the first bucket
-            holds about 1 MiB).
-        accumulate: backward passes per step (DDP's ``no_sync``,
-            Horovod's ``backward_passes_per_step``): each ``update`` runs
-            one (a micro-batch) and only every ``accumulate``-th averages
-            (the mean over ranks and passes: with mean losses over equal
-            micro-batches, one step on the ``accumulate`` times larger
-            batch) and steps; the others only accumulate gradients, without
-            communicating. Batch-norm statistics are those of each
-            micro-batch.
-        shard_state: keep 1/N of the optimizer state per rank (ZeRO
-            stage 1; :mod:`minichain.dist.averaging.sharded`): gradients
-            reduce-scattered, each rank steps its contiguous 1/N of the
-            packed parameters, parameters allgathered. The same training;
-            ``param.grad`` is None after an update (released once packed:
-            no rank holds the whole mean); rules that are not elementwise
-            are refused; save inside ``gathered_state()``. Not with
-            ``overlap``, ``double_buffering``, ``accumulate`` or ``join``;
-            MPI communicators, ring and pure_nccl.
+        double_buffering: pure_nccl only: each allreduce overlaps the next
+            iteration, which applies one-step-stale gradients.
+        zero_fill: a gradient None on some ranks only counts as zeros there
+            (else it raises on every rank).
+        nan_check: a non-finite averaged gradient skips the step and raises
+            :class:`NonFiniteGradientError` on every rank, naming the ranks
+            whose own gradient was not finite (averaging/finite.py).
+        overlap: average in buckets while backward runs
+            (averaging/overlap.py; the same result). None: the
+            communicator's ``overlap``.
+        bucket_mb: the buckets' size in MiB (None: the communicator's, else
+            25 as DDP; the first holds about 1 MiB).
+        accumulate: backward passes per step (DDP's ``no_sync``): only every
+            ``accumulate``-th ``update`` averages (over ranks and passes) and
+            steps; the others accumulate without communicating.
+        shard_state: keep 1/N of the optimizer state per rank (ZeRO stage
+            1, averaging/sharded.py): gradients reduce-scattered, each rank
+            steps its 1/N of the packed parameters, which are allgathered;
+            ``param.grad`` is None after an update; save inside
+            ``gathered_state()``. Elementwise rules only.
     Returns:
-        The wrapper; everything it does not define is the wrapped
-        optimizer's (``opt.lr``, ``opt.t``, ``opt.serialize``...).
+        The wrapper; what it does not define is the wrapped optimizer's.
     Raises:
-        ValueError: an option this communicator cannot do, ``accumulate``
-            below 1, or ``double_buffering`` with ``overlap`` or
-            ``accumulate``.
+        ValueError: an option the communicator cannot do, ``accumulate``
+            below 1, or options that exclude each other (``shard_state``
+            or ``double_buffering`` with ``overlap`` or ``accumulate``).
     """
-    if overlap is None:
-        overlap = getattr(communicator, 'overlap', False)
-    if bucket_mb is None:
-        bucket_mb = getattr(communicator, 'bucket_mb', None)
+    overlap = communicator.overlap if overlap is None else overlap
+    bucket_mb = communicator.bucket_mb if bucket_mb is None else bucket_mb
     if not isinstance(accumulate, int) or accumulate < 1:
         raise ValueError('create_multi_node_optimizer: accumulate must be an '
                          'integer >= 1, got {!r}'.format(accumulate))
-    if shard_state:
-        others = [name for name, on in (('overlap', overlap),
-                  ('double_buffering', double_buffering),
-                  ('accumulate > 1', accumulate > 1)) if on]
-        if others:
-            raise ValueError('create_multi_node_optimizer: shard_state cannot '
-                             'be combined with {}'.format(', '.join(others)))
-        if not hasattr(communicator, 'reduce_scatter'):
-            raise ValueError('create_multi_node_optimizer: the {} '
-                             'communicator cannot shard the optimizer state'
-                             .format(communicator.name))
-        averaging = Sharded(communicator, actual_optimizer, zero_fill)
-        if nan_check:
-            averaging = CheckFinite(averaging, communicator,
-                                    lambda: actual_optimizer.t)
-        return MultiNodeOptimizer(actual_optimizer, communicator, averaging)
-    if double_buffering:
-        if overlap or accumulate > 1:
-            raise ValueError('create_multi_node_optimizer: double_buffering '
-                             'cannot be combined with overlap or accumulate')
-        return MultiNodeOptimizer(actual_optimizer, communicator,
-                                  DoubleBuffered(communicator, zero_fill))
-    if overlap and not getattr(communicator, 'can_overlap', False):
+    chosen = [name for name, on in (
+        ('shard_state', shard_state), ('double_buffering', double_buffering),
+        ('overlap', overlap), ('accumulate > 1', accumulate > 1)) if on]
+    if chosen[0:1] in (['shard_state'], ['double_buffering']) and chosen[1:]:
+        raise ValueError('create_multi_node_optimizer: {} cannot be combined '
+                         'with {}'.format(chosen[0], ', '.join(chosen[1:])))
+    if overlap and not communicator.can_overlap:
         raise ValueError('create_multi_node_optimizer: the {} communicator '
-                         'cannot overlap (use flat, pure_nccl or '
+                         'cannot overlap (use flat, ring, pure_nccl or '
                          'hierarchical)'.format(communicator.name))
 
     def step_count():
         return actual_optimizer.t
-    if overlap:
+    if double_buffering:
+        averaging = DoubleBuffered(communicator, zero_fill)
+    elif shard_state:
+        averaging = Sharded(communicator, actual_optimizer, zero_fill)
+    elif overlap:
         averaging = Overlapped(communicator, zero_fill, step_count,
                                accumulate, bucket_mb)
     else:
         averaging = AfterBackward(communicator, zero_fill, step_count,
                                   accumulate)
-    if nan_check:
+    if nan_check and not double_buffering:
         averaging = CheckFinite(averaging, communicator, step_count)
     if accumulate > 1:
         averaging = Accumulate(averaging)
