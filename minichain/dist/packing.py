@@ -153,14 +153,10 @@ def _device_of(buf):
 
 
 def param_layout(named_params):
-    """``[(path, shape, dtype code)]`` of ``(path, Parameter)`` pairs (dtype
-    codes such as ``'<f4'``: cheaper to read than names, shown as names).
-
-    An uninitialized parameter has shape and dtype None.
-    """
-    out = []
-    for name, p in named_params:
-        a = p.array
-        out.append((name, None, None) if a is None
-                   else (name, a.shape, a.dtype.str))
-    return out
+    """``[(path, shape, dtype)]`` of ``(path, Parameter)`` pairs, the same
+    on every rank for the same model (the dtype object itself: cheaper to
+    read than its name, and shown as one); an uninitialized parameter has
+    shape and dtype None."""
+    return [(name, None, None) if p.array is None
+            else (name, p.array.shape, p.array.dtype)
+            for name, p in named_params]
