@@ -54,6 +54,8 @@ def import_mpi():
     start MPI with the rank's launcher settings, which fails with MPICH's
     ``PMI_Init returned -1`` and takes the worker down without a hint.
     """
+    if _mpi:  # once loaded (every collective asks)
+        return _mpi[0]
     _refuse_in_a_child_reimporting_main()
     try:
         from mpi4py import MPI
@@ -62,7 +64,11 @@ def import_mpi():
     except (RuntimeError, OSError) as e:  # mpi4py present, libmpi missing
         raise ImportError('{} (mpi4py is installed but could not load an MPI '
                           'library: {})'.format(INSTALL_HINT, e)) from e
+    _mpi.append(MPI)
     return MPI
+
+
+_mpi = []
 
 
 def _refuse_in_a_child_reimporting_main():

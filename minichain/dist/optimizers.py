@@ -186,8 +186,10 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
             below 1, or options that exclude each other (``shard_state``
             or ``double_buffering`` with ``overlap`` or ``accumulate``).
     """
-    overlap = communicator.overlap if overlap is None else overlap
-    bucket_mb = communicator.bucket_mb if bucket_mb is None else bucket_mb
+    if overlap is None:  # (a stand-in communicator may have neither)
+        overlap = getattr(communicator, 'overlap', False)
+    if bucket_mb is None:
+        bucket_mb = getattr(communicator, 'bucket_mb', None)
     if not isinstance(accumulate, int) or accumulate < 1:
         raise ValueError('create_multi_node_optimizer: accumulate must be an '
                          'integer >= 1, got {!r}'.format(accumulate))
@@ -197,7 +199,7 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
     if chosen[0:1] in (['shard_state'], ['double_buffering']) and chosen[1:]:
         raise ValueError('create_multi_node_optimizer: {} cannot be combined '
                          'with {}'.format(chosen[0], ', '.join(chosen[1:])))
-    if overlap and not communicator.can_overlap:
+    if overlap and not getattr(communicator, 'can_overlap', False):
         raise ValueError('create_multi_node_optimizer: the {} communicator '
                          'cannot overlap (use flat, ring, pure_nccl or '
                          'hierarchical)'.format(communicator.name))

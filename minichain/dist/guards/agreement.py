@@ -72,15 +72,19 @@ def header(wire, agree=None, on_mismatch=None, maxes=(), root=None,
         raise ValueError('header: at most {} maxes and {} root values'
                          .format(N_MAXES, N_ROOT))
     kind, _, seq = wire.current()
-    v = numpy.full(HEADER_SIZE, _UNSET, dtype=numpy.int64)
+    # A Python list, one array for MPI and back: a numpy operation per
+    # slot would cost more than the allreduce itself (every step has one).
+    v = [_UNSET] * HEADER_SIZE
     v[6:6 + len(maxes)] = maxes
     if wire.rank == root:
         v[10:10 + len(root_values)] = root_values
     if wire.size > 1:
         code, h = _code(kind), layout_hash(agree)
         v[:6] = code, -code, seq, -seq, h, -h
+        buf = numpy.array(v, dtype=numpy.int64)
         MPI = mpi.import_mpi()
-        wire.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
+        wire.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
+        v = buf.tolist()
         if v[0] != -v[1] or v[2] != -v[3]:
             calls = wire.allgather_obj((wire.describe(), seq, agree if (
                 kind == RAISE) else None))
@@ -93,8 +97,7 @@ def header(wire, agree=None, on_mismatch=None, maxes=(), root=None,
             raise (on_mismatch or _differ(kind))(values)
     wire.joined = seq
     raise_failures([agree])
-    return (tuple(int(x) for x in v[6:6 + len(maxes)]),
-            tuple(int(x) for x in v[10:10 + len(root_values)]))
+    return tuple(v[6:6 + len(maxes)]), tuple(v[10:10 + len(root_values)])
 
 
 def _differ(kind):

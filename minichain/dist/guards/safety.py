@@ -212,15 +212,24 @@ def plan_grads(wire, named_params, zero_fill, extra=(), step=None,
         ValueError: without ``zero_fill``, some gradient exists on some
             ranks only (on every rank, naming the parameters and ranks).
     """
-    named_params = list(named_params)
-    entries = [(n, p, p.grad) for n, p in named_params if p.array is not None]
+    # One pass for what to average and the layout (param_layout's entries):
+    # at 4 KB of gradients this Python is most of what the guards cost.
+    entries, layout, n_missing = [], [], 0
+    for name, p in named_params:
+        a = p.array
+        if a is None:
+            layout.append((name, None, None))
+            continue
+        layout.append((name, a.shape, a.dtype))
+        g = p.grad
+        entries.append((name, p, g))
+        n_missing += g is None
     flags = () if active is None else (int(not active), int(bool(active)))
     # A tuple, so that the header hashes a step's layout once (see
     # agreement.layout_hash).
-    layout = tuple(param_layout(named_params)) + tuple(extra)
+    layout = tuple(layout) + tuple(extra)
     n_missing, *joined = agree(wire, layout, 'multi_node_mean_grad',
-                               sum(g is None for _, _, g in entries), step,
-                               flags)
+                               n_missing, step, flags)
     MPI = mpi.import_mpi()
     n_active = wire.size
     if joined and joined[0]:  # some rank ran out of data: count the others

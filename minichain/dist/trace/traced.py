@@ -31,7 +31,10 @@ class TracedPacker(packing.Packer):
 class Traced:
     """Layer: the timeline around a communicator's protocol."""
 
-    Packer = TracedPacker
+    # The timed Packer only while recording: else the protocol's own, at no
+    # cost (a gradient averaging of a few KB is mostly Python).
+    Packer = property(lambda self: TracedPacker if timeline.active
+                      else super(Traced, self).Packer)
 
     def __init__(self, mpi_comm=None, allreduce_grad_dtype=None):
         super().__init__(mpi_comm, allreduce_grad_dtype)

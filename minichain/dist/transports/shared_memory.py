@@ -167,8 +167,8 @@ class SharedMemory:
                 is FlatCommunicator.sum_on_host)
 
     def packed_buffer(self, model, like, dtype, n):
-        if ((like is not None and backend.get_device_id(like) >= 0)
-                or n * numpy.dtype(dtype).itemsize < self.piece_bytes
+        if (n * numpy.dtype(dtype).itemsize < self.piece_bytes
+                or (like is not None and backend.get_device_id(like) >= 0)
                 or not self.shares_memory()):
             return super().packed_buffer(model, like, dtype, n)
         regions = self._regions.get(model)
@@ -180,13 +180,13 @@ class SharedMemory:
         return regions.own
 
     def pieces(self, buf):
-        for regions in self._regions.values():
+        for regions in self._regions.values() if self._regions else ():
             if buf is regions.own:
                 return pipeline.cut(buf, self.piece_bytes)
         return super().pieces(buf)
 
     def sum_on_host(self, buf):
-        for regions in self._regions.values():
+        for regions in self._regions.values() if self._regions else ():
             lo = regions.offset_of(buf)
             if lo is not None:
                 return self._sum_in_place(regions, lo, lo + buf.size)
