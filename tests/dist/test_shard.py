@@ -11,7 +11,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'workers'))
 
 CHECKS = ('equivalence', 'equivalence_convnet', 'state_is_one_shard',
           'hooks_and_clipping', 'refusals', 'nan_named_everywhere',
-          'snapshot_resumes', 'snapshot_reshards')
+          'snapshot_resumes', 'snapshot_reshards', 'layout_change')
 
 
 @pytest.mark.mpi(ranks=[1, 2, 3, 4, 5], timeout=240)

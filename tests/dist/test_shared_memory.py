@@ -1,5 +1,6 @@
 """The shared-memory layer (minichain/dist/transports/shared_memory.py):
 the sum in a file every rank maps, under mpiexec, and its pieces."""
+import os
 import re
 
 import numpy
@@ -46,3 +47,50 @@ def test_regions_tell_views_into_their_own_part():
     assert regions.offset_of(own.view(numpy.int32)) is None
     assert regions.offset_of(numpy.zeros(4, numpy.float32)) is None
     assert own.__array_interface__['data'][0] % mmap.PAGESIZE == 0
+
+
+# (ranks, point, victim): the points of workers/shm_kill.py
+ENDINGS = [(2, 'map', 1), (2, 'made', 0), (2, 'gather1', 0),
+           (2, 'gather1', 1), (2, 'gather2', 0), (2, 'gather2', 1),
+           (2, 'sum', 0), (2, 'sum', 1), (2, 'done', 1),
+           (3, 'gather1', 2), (3, 'gather2', 2), (3, 'sum', 1)]
+
+
+@pytest.fixture
+def shm_folder():
+    """A private folder where the file is made (in /dev/shm when it can
+    be), so that no other job's files are seen; removed after."""
+    import shutil
+    import tempfile
+    folder = tempfile.mkdtemp(prefix='minichain-test-',
+                              dir=shared_memory._shm_dir())
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize('how', ['kill', 'raise'])
+@pytest.mark.parametrize('n, point, victim', ENDINGS)
+def test_no_file_is_left_when_a_rank_ends_in_the_first_averaging(
+        n, point, victim, how, shm_folder):
+    # A rank killed (or aborting) while rank 0's file still had its name
+    # left it in /dev/shm: 204 MB at ResNet-50's size on 2 ranks.
+    require_mpi()
+    res = run_mpi(n, 'shm_kill.py', point, victim, how, shm_folder,
+                  timeout=90)
+    assert not res.timed_out and res.returncode != 0, res.output[-3000:]
+    if point == 'done':  # the averaging went through the file
+        assert 'SHM-USED rank {}'.format(victim) in res.output, res.output
+    assert os.listdir(shm_folder) == [], res.output[-3000:]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize('n', [2, 3])
+def test_the_ending_control_goes_through_the_file(n, shm_folder):
+    require_mpi()
+    res = run_mpi(n, 'shm_kill.py', 'none', 0, 'kill', shm_folder,
+                  timeout=90)
+    assert not res.timed_out and res.returncode == 0, res.output[-3000:]
+    ranks = re.findall(r'SHM-USED rank (\d+)', res.output)
+    assert sorted(map(int, ranks)) == list(range(n)), res.output[-3000:]
+    assert os.listdir(shm_folder) == [], res.output

@@ -255,3 +255,23 @@ def test_a_slow_rank_is_named_in_a_warning_at_each_interval():
         assert line.endswith('the job ends after 60 s (MINICHAIN_STALL_'
                              'TIMEOUT; MINICHAIN_STALL_WARN=1 s between '
                              'warnings)'), line
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize('n', [2, 3])
+def test_a_rank_that_returns_from_main_is_heard_by_the_others(n):
+    # The communicator is a local of main() (sys.exit(main())): it is gone
+    # before the exit hook runs, and the hook used to find no wire to send
+    # the exit note on. The stall timeout is long, so that a lost note shows
+    # as this test's own timeout, not as a slower pass.
+    from tests.dist._launch import run_mpi
+    res = run_mpi(n, 'leave_main.py', timeout=BOUND,
+                  env={'MINICHAIN_STALL_TIMEOUT': '600'})
+    assert not res.timed_out, res.output
+    assert res.returncode == watchdog.EXIT_STATUS, res.output
+    for words in ('rank 1: left (its program ended: a return or sys.exit) '
+                  'after collective #1 (allreduce #1)',
+                  'rank 1 will never join collective #2'):
+        assert words in res.output, (words, res.output)
+    assert 'rank 1: no word from it' not in res.output, res.output
+    assert 'done' not in res.output, res.output

@@ -32,7 +32,9 @@ communicator's; the parameters' own gradients are released once packed
 (``param.grad`` is None after an update: no rank holds the whole mean).
 Snapshots: :meth:`Sharded.gathered_state` lets every rank's rules
 hold the whole state in the unsharded format, so a snapshot resumes on any
-number of ranks (and without sharding).
+number of ranks (and without sharding). A parameter added or removed after
+setup moves the shards: the state is gathered the same way, then cut again
+(each parameter keeps its state and ``t``, as in one process).
 """
 import contextlib
 
@@ -178,6 +180,24 @@ class Sharded(Averaging):
         layout = [(n, p.shape) for n, p in named]
         if layout == self.layout:
             return
+        if self.layout is not None:
+            # A parameter was added or removed (on every rank: the header
+            # agreed on the layout). The shards move, so the old pieces'
+            # state goes back to the parameters' rules first; the new
+            # pieces take their part of it, and a removed parameter keeps
+            # its whole state, as its rule does in one process.
+            self._gather(model)
+        for name, param in named:
+            if param.update_rule is None:  # added after setup, as update does
+                param.update_rule = self.optimizer.create_update_rule()
+            for key, value in (param.update_rule.state or {}).items():
+                if value.shape != param.shape:  # the same on every rank
+                    raise ValueError(
+                        'create_multi_node_optimizer(shard_state=True): rank '
+                        '{}: parameter {} of shape {} has optimizer state '
+                        '{!r} of shape {}'.format(self.comm.rank, name,
+                                                  param.shape, key,
+                                                  value.shape))
         self.layout = layout
         self.packer = Packer([(n, p, None) for n, p in named])
         self.index = {n: i for i, (n, _) in enumerate(named)}
@@ -193,8 +213,6 @@ class Sharded(Averaging):
 
     def _rule_for(self, param):
         rule = self.optimizer.create_update_rule()
-        if param.update_rule is None:
-            param.update_rule = self.optimizer.create_update_rule()
         # the parameter's own overrides (``update_rule.hyperparam.lr = 0``)
         rule.hyperparam = Hyperparameter(param.update_rule.hyperparam)
         return rule
@@ -238,6 +256,21 @@ class Sharded(Averaging):
         if self.layout is None:
             yield  # nothing stepped yet: the rules hold what they hold
             return
+        params = self._gather(model)
+        self.gathered = True
+        try:
+            yield
+        finally:
+            self.gathered = False
+            for p in params:
+                p.update_rule.state = None
+
+    gathered = False
+
+    def _gather(self, model):
+        """Give every parameter of the pieces' layout its whole state in its
+        rule, from every rank's pieces; returns those parameters.
+        Collective."""
         steps = {}
         for mine in self.comm.allgather_obj(
                 {p.name: p.update_rule.t for p in self.pieces}):
@@ -247,24 +280,18 @@ class Sharded(Averaging):
             buf = self._packed_params(model, 'packed', lambda piece: (
                 piece.update_rule.state or {}).get(key, 0))
             self.comm.allgather_shards(buf)
-            for (name, p, _), o in zip(self.packer.entries,
-                                       self.packer.offsets):
+            # the shapes the pieces were cut for (a parameter may have
+            # changed shape since: _build then names it)
+            for (name, p, _), o, (_, shape) in zip(
+                    self.packer.entries, self.packer.offsets, self.layout):
                 if steps.get(name):
                     whole.setdefault(name, {})[key] = buf[
-                        o:o + p.size].reshape(p.shape).astype(p.dtype)
-        params = dict((n, p) for n, p, _ in self.packer.entries)
-        for name, p in params.items():
+                        o:o + numpy.prod(shape, dtype=int)].reshape(
+                            shape).astype(p.dtype)
+        for name, p, _ in self.packer.entries:
             p.update_rule.t = steps.get(name, 0)
             p.update_rule.state = whole.get(name)
-        self.gathered = True
-        try:
-            yield
-        finally:
-            self.gathered = False
-            for p in params.values():
-                p.update_rule.state = None
-
-    gathered = False
+        return [p for _, p, _ in self.packer.entries]
 
     def serialize(self, optimizer, serializer):
         loading = isinstance(serializer, Deserializer)

@@ -58,7 +58,6 @@ import os
 import pickle
 import sys
 import time
-import weakref
 
 from minichain.dist import mpi, shm_files
 from minichain.dist.guards import stall_notes
@@ -76,7 +75,11 @@ YIELD_EVERY = 32          # tests between two yields of the core
 ABORT_DELAY = 1.0         # seconds between the last words and MPI_Abort
 
 _yield = getattr(os, 'sched_yield', lambda: time.sleep(0))
-_wires = weakref.WeakSet()
+# Every Wire until it is freed (the communicator's finalize), held strongly:
+# the exit note must leave from a communicator that was a local of main()
+# and is gone before the atexit hook runs (a weak set lost it, and the other
+# ranks waited out the whole stall timeout).
+_wires = set()
 _clock = {'progress': None}
 _exit = {'installed': False, 'reason': None}
 
@@ -431,18 +434,12 @@ class Wire:
                                                        siblings)
 
     def _leave(self, reason):
-        """Tell the other ranks that this one left (from the exit hook)."""
-        if self.side is None:
-            return
+        """Tell the other ranks that this one left (from the exit hook);
+        the notes are in ``outbox`` until sent."""
         kind = self.stack[-1] if self.stack else self.last
         what = '{} #{}'.format(*kind[:2]) if kind else 'no collective yet'
-
         self._post({'state': 'left', 'seq': self.seq, 'what': what,
                     'reason': reason, 'peer': None, 'collective': False})
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline and not all(
-                q.Test() for q, _ in self.outbox):
-            time.sleep(NAP)
 
     # -- warning and giving up ------------------------------------------------
     def _warn(self, waited):
@@ -492,8 +489,17 @@ def _announce_exit():
     except ImportError:
         return
     reason = _exit['reason'] or 'its program ended: a return or sys.exit'
-    for wire in list(_wires):
+    wires = [w for w in list(_wires) if w.side is not None]
+    for wire in wires:
         try:
             wire._leave(reason)
         except Exception:  # noqa: BLE001 - exiting anyway
             pass
+    # one second for all the notes to go out, however many communicators
+    deadline = time.monotonic() + 1.0
+    try:
+        while time.monotonic() < deadline and not all(
+                q.Test() for w in wires for q, _ in w.outbox):
+            time.sleep(NAP)
+    except Exception:  # noqa: BLE001 - exiting anyway
+        pass

@@ -13,15 +13,21 @@ everywhere) and writes the sum into that slice of every region. Two
 barriers bracket each piece: the first says every rank has packed it, the
 second that every slice is summed. The packing copy is then the only copy.
 
-The file is made by rank 0 (in ``/dev/shm``, memory-backed), opened by the
-others and removed as soon as all have mapped it: the memory lives until
-the last rank unmaps it, and no job, however it ends, leaves it behind
-(as :mod:`minichain.dist.shm_files` does for MPICH's own).
+The file never has a name. Rank 0 makes it unnamed (``O_TMPFILE``) in
+``/dev/shm`` (memory-backed, within its size), and the others open it
+through ``/proc/<rank 0's pid>/fd/<its descriptor>``: nothing is ever in
+the folder to be left behind, however any rank ends (``kill -9`` at any
+point included), and the kernel frees the memory when the last rank that
+maps it exits. (A name unlinked once every rank has opened it, as
+:mod:`minichain.dist.shm_files` does for MPICH's own file, is
+left when a rank is killed before that: the launcher then SIGKILLs rank 0
+too, before it can remove it.)
 
 Only a communicator whose sum is MPI's Allreduce gets it (the flat one; the
 ring keeps its ring), on host buffers (CuPy buffers go through their own
 path) and when every rank is on this machine; otherwise, and if the file
-cannot be made on some rank, everything is as without the layer.
+cannot be made or opened on some rank (not Linux, a full ``/dev/shm``, a
+``/proc`` that hides other processes), everything is as without the layer.
 """
 import mmap
 import os
@@ -104,35 +110,35 @@ def map_regions(wire, dtype, n):
     ``why_not``)."""
     rank, size = wire.rank, wire.size
     nbytes = _region_bytes(numpy.dtype(dtype), n) * size
-    path = error = None
-    if rank == 0:
-        try:
-            fd, path = tempfile.mkstemp(prefix='minichain_sum_',
-                                        dir=_shm_dir())
+    fd = error = None
+    try:
+        if rank == 0:
             try:
+                # a file without a name in that folder (where there is no
+                # O_TMPFILE, opening the folder itself fails: MPI's way)
+                fd = os.open(_shm_dir(), getattr(os, 'O_TMPFILE', 0) |
+                             os.O_RDWR, 0o600)
                 # Reserve the memory now: a sparse file on a full tmpfs
                 # (a container's small /dev/shm) would kill the ranks with
                 # SIGBUS at the first write instead.
                 os.posix_fallocate(fd, 0, nbytes)
-            finally:
-                os.close(fd)
-        except OSError as e:
-            error = 'rank 0 could not make a {} MB file in {}: {}'.format(
-                nbytes >> 20, _shm_dir(), e)
-    path, error = mpi.allgather_obj(wire, (path, error))[0]
-    mm = None
-    if error is None:
-        try:
-            with open(path, 'r+b') as f:
-                mm = mmap.mmap(f.fileno(), nbytes)
-        except OSError as e:
-            error = 'rank {} could not map {}: {}'.format(rank, path, e)
-    errors = [e for e in mpi.allgather_obj(wire, error) if e]
-    if rank == 0 and path is not None:
-        try:
-            os.unlink(path)  # every rank has mapped it, or given up
-        except OSError:
-            pass
+            except OSError as e:
+                error = ('rank 0 could not make an unnamed {} MB file in '
+                         '{}: {}'.format(nbytes >> 20, _shm_dir(), e))
+        where, error = mpi.allgather_obj(wire, (
+            '/proc/{}/fd/{}'.format(os.getpid(), fd), error))[0]
+        mm = None
+        if error is None:
+            try:
+                with open(where, 'r+b') as f:
+                    mm = mmap.mmap(f.fileno(), nbytes)
+            except OSError as e:
+                error = 'rank {} could not map rank 0\'s file: {}'.format(
+                    rank, e)
+        errors = [e for e in mpi.allgather_obj(wire, error) if e]
+    finally:
+        if fd is not None:  # every rank has mapped it, or given up
+            os.close(fd)
     if errors:
         if mm is not None:
             mm.close()

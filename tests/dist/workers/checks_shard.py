@@ -5,6 +5,7 @@ import numpy
 
 import minichain
 from minichain import dist, optimizer_hooks, optimizers
+from minichain import links as L
 from minichain.configuration import using_config
 from minichain.dist.testing import assert_data_parallel_equivalent
 from minichain.optimizer import UpdateRule
@@ -105,6 +106,63 @@ def hooks_and_clipping(comm):
     diff = max(abs(_params(plain)[k] - results[1][k]).max()
                for k in results[1])
     assert diff > 1e-6, diff
+
+
+class _Grows(M.MLP):
+    """The MLP, then ``l3`` when it has one (added and removed while it
+    trains)."""
+
+    def forward(self, x):
+        h = super().forward(x)
+        return self.l3(h) if hasattr(self, 'l3') else h
+
+
+def _grow(model, opt, give_rule):
+    with model.init_scope():
+        model.l3 = M.seeded(L.Linear, 9, 3, 3)
+    if give_rule:  # the rule a user (or a resumed snapshot) sets
+        for p in model.l3.params():
+            p.update_rule = opt.create_update_rule()
+
+
+def layout_change(comm):
+    """A parameter added after setup, then removed, then added back: each
+    keeps its own state and ``t`` (the others' are not reset), and the
+    parameters equal one process on the whole batch (float64)."""
+    x, t = _mlp_data(n=4 * comm.size, seed=5)
+    mine = slice(4 * comm.rank, 4 * comm.rank + 4)
+    for make in OPTIMIZERS.values():
+        for give_rule in (False, True):
+            runs = []
+            for data, wrap in (((x, t), False), ((x[mine], t[mine]), True)):
+                model = M.seeded(_Grows, 0)
+                base = make()
+                opt = (dist.create_multi_node_optimizer(
+                    base, comm, shard_state=True) if wrap else base)
+                opt.setup(model)
+                if wrap:
+                    opt.broadcast_params()
+                for k in range(8):
+                    if k == 2:
+                        _grow(model, base, give_rule)
+                    elif k == 4:
+                        removed = model.l3
+                        del model.l3
+                    elif k == 6:
+                        with model.init_scope():
+                            model.l3 = removed
+                    opt.update(lambda: minichain.functions.mean_squared_error(
+                        model(data[0]), data[1]))
+                runs.append(_params(model))
+            _close(*runs, rtol=1e-12)
+    # a parameter whose shape changes after it was stepped: named on every
+    # rank (its state cannot follow it), never a silent reshape or a hang
+    model.l3.W.array = numpy.zeros((2, 3))
+    for p in model.params():
+        p.grad = numpy.zeros_like(p.array)
+    _expect_error(ValueError, opt.update, 'rank {}'.format(comm.rank),
+                  '/l3/W of shape (2, 3) has optimizer state',
+                  'of shape (3, 3)')
 
 
 class _NormRule(UpdateRule):

@@ -12,7 +12,7 @@ this machine,
   model's gradients as they were;
 - a buffer smaller than one piece, and the ring communicator, do not use
   the file;
-- no file is left in the directory (it is removed once mapped);
+- no file is left in the directory (it never has a name);
 - when rank 0 cannot make the file, every rank falls back to MPI's
   Allreduce and still averages right.
 """
