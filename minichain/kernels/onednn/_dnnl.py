@@ -260,6 +260,13 @@ def describable(array):
         s > 0 and s % 4 == 0 for s in array.strides)
 
 
+def finite(array):
+    """Whether every element of ``array`` is finite, in one pass: a sum
+    is finite iff every term is (short of an overflow, which says no
+    too: the kernel then declines, and the body runs)."""
+    return array.size == 0 or bool(numpy.isfinite(array.sum()))
+
+
 def of(array):
     """The md of a float32 NumPy array as it lies in memory (any positive
     strides), or None when oneDNN cannot describe it."""
