@@ -25,14 +25,21 @@ class Hyperparameter:
     """A set of named hyper-parameters that falls back to a parent.
 
     Reading a name that is not set here reads it from ``parent``; setting a
-    name sets it here only. ``get_dict()`` flattens both levels.
+    name sets it here only. ``get_dict()`` flattens both levels. A value
+    set for a name that the optimizer class declares with a
+    :class:`HyperparameterProxy` is checked against its limits first,
+    however it is set (``opt.lr = v``, ``opt.hyperparam.lr = v``, or one
+    parameter's ``update_rule.hyperparam.lr = v``).
 
     Args:
         parent: another Hyperparameter, or None.
+        owner: the optimizer class whose proxies check the values (by
+            default the parent's).
     """
 
-    def __init__(self, parent=None):
+    def __init__(self, parent=None, owner=None):
         self.__dict__['_parent'] = parent
+        self.__dict__['_owner'] = owner or getattr(parent, '_owner', None)
 
     def __getattr__(self, name):  # only called when normal lookup fails
         # .get: copy and pickle probe attributes before __dict__ is filled
@@ -41,6 +48,13 @@ class Hyperparameter:
             raise AttributeError('hyper-parameter {!r} is not defined'
                                  .format(name))
         return getattr(parent, name)
+
+    def __setattr__(self, name, value):
+        owner = self.__dict__.get('_owner')
+        proxy = getattr(owner, name, None)
+        if isinstance(proxy, HyperparameterProxy):
+            value = proxy.check(owner.__name__, value)
+        self.__dict__[name] = value
 
     @property
     def parent(self):
@@ -61,15 +75,25 @@ class Hyperparameter:
 
 
 class HyperparameterProxy:
-    """A class attribute exposing ``obj.hyperparam.<name>`` as ``obj.<name>``.
+    """A class attribute exposing ``obj.hyperparam.<name>`` as ``obj.<name>``,
+    and the one place that says which values it takes.
 
-    Example: ``lr = HyperparameterProxy('lr')`` on an optimizer makes
-    ``opt.lr = 0.1`` set the value every update rule reads.
+    Example: ``lr = HyperparameterProxy('lr', low=0)`` on an optimizer
+    makes ``opt.lr = 0.1`` set the value every update rule reads, and
+    ``opt.lr = -1`` (or NaN, or a string) raise an error naming the
+    optimizer, ``lr`` and the value, in the constructor and at any time
+    after (see :func:`check_hyperparameter` for ``low``, ``high`` and
+    ``open_high``).
     """
 
-    def __init__(self, name):
+    def __init__(self, name, low=None, high=None, open_high=False):
         self.name = name
+        self.limits = low, high, open_high
         self.__doc__ = 'Alias of ``self.hyperparam.{}``.'.format(name)
+
+    def check(self, where, value):
+        """``value`` if it is a valid value, else the error."""
+        return check_hyperparameter(where, self.name, value, *self.limits)
 
     def __get__(self, obj, cls=None):
         if obj is None:
@@ -89,8 +113,8 @@ def check_hyperparameter(where, name, value, low=None, high=None,
     when ``open_high``). ``where`` names the caller in the message.
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError('{}: {} must be a real number, got {}'.format(
-            where, name, type(value).__name__))
+        raise TypeError('{}: {} must be a real number, got {!r} ({})'.format(
+            where, name, value, type(value).__name__))
     if not math.isfinite(value):
         raise ValueError('{}: {} must be finite, got {}'.format(
             where, name, value))
@@ -326,7 +350,7 @@ class GradientMethod(Optimizer):
 
     def __init__(self):
         super().__init__()
-        self.hyperparam = Hyperparameter()
+        self.hyperparam = Hyperparameter(owner=type(self))
         self._workspace = Workspace()
 
     def setup(self, link):

@@ -188,6 +188,43 @@ def test_hyperparameter_falls_back_to_parent():
         child.eps
 
 
+_HYPERPARAMETERS = [(optimizers.SGD, 'lr'), (optimizers.MomentumSGD, 'lr'),
+                    (optimizers.MomentumSGD, 'momentum'),
+                    (optimizers.MomentumSGD, 'weight_decay_rate'),
+                    (optimizers.Adam, 'alpha'), (optimizers.Adam, 'beta1'),
+                    (optimizers.Adam, 'beta2'), (optimizers.Adam, 'eps'),
+                    (optimizers.Adam, 'weight_decay_rate'),
+                    (optimizers.RMSprop, 'lr'), (optimizers.RMSprop, 'alpha'),
+                    (optimizers.RMSprop, 'eps')]
+
+
+@pytest.mark.parametrize('cls,name', _HYPERPARAMETERS)
+def test_hyperparameters_are_checked_whenever_they_are_set(cls, name):
+    """Set after construction (on the optimizer, its hyperparam, or one
+    parameter's rule), a bad value is refused as the constructor refuses
+    it, naming the optimizer, the hyper-parameter and the value, and the
+    old value stays."""
+    opt = cls().setup(Holder(w=[1.0]))
+    rule = opt.target.w.update_rule
+    good = getattr(opt, name)
+    low, high, _ = getattr(cls, name).limits
+    bad = [float('nan'), float('inf'), -float('inf'), low - 0.1, '0.1',
+           None] + ([] if high is None else [high + 0.5])
+    for value in bad:
+        with pytest.raises((TypeError, ValueError)) as ctor:
+            cls(**{name: value})
+        for where in (opt, opt.hyperparam, rule.hyperparam):
+            with pytest.raises((TypeError, ValueError)) as e:
+                setattr(where, name, value)
+            assert str(e.value) == str(ctor.value)
+            assert str(e.value).startswith('{}: {} must be '.format(
+                cls.__name__, name))
+            assert repr(value) in str(e.value) or str(value) in str(e.value)
+        assert getattr(opt, name) == good == getattr(rule.hyperparam, name)
+    rule.hyperparam.__setattr__(name, good / 2)   # a good one is taken
+    assert getattr(rule.hyperparam, name) == good / 2
+
+
 def test_deepcopy_of_a_trained_model_keeps_working_rules():
     link = Holder(w=[1.0])
     opt = optimizers.MomentumSGD(lr=1.0, momentum=0.5).setup(link)

@@ -21,12 +21,14 @@ This module imports no kernel package; tests import it (docs/kernels.md).
 """
 import copy
 import math
+import types
 
 import numpy
 
 from minichain import backend
 
-__all__ = ['assert_kernel_equals_body', 'sum_tolerance', 'run_both']
+__all__ = ['assert_kernel_equals_body', 'assert_update_equals_body',
+           'sum_tolerance', 'run_both']
 
 
 def sum_tolerance(n_terms, max_term, dtype, factor=8.0):
@@ -40,12 +42,26 @@ def sum_tolerance(n_terms, max_term, dtype, factor=8.0):
 
 
 def _copy(a):
-    """A copy with the same memory layout (a channel-major array stays
-    channel-major): kernels take other routes for other layouts."""
+    """A copy in the same memory layout: the same strides (negative and
+    zero ones included), byte order, address modulo 64 and writeability,
+    since kernels take other routes, or decline, for other layouts."""
     if a is None or not backend.is_array(a):
         return copy.deepcopy(a)
-    xp = backend.get_array_module(a)
-    return a.copy(order='K') if xp is numpy else a.copy()
+    if backend.get_array_module(a) is not numpy:
+        return a.copy()
+    if a.size == 0:
+        return a.copy(order='K')
+    # the bytes the view spans, from its lowest address to its highest
+    lo = sum(s * (n - 1) for s, n in zip(a.strides, a.shape) if s < 0)
+    hi = sum(s * (n - 1) for s, n in zip(a.strides, a.shape) if s > 0)
+    span = hi - lo + a.itemsize
+    raw = numpy.empty(span + 64, numpy.uint8)
+    shift = (a.ctypes.data + lo - raw.ctypes.data) % 64
+    out = numpy.ndarray(a.shape, a.dtype, buffer=raw, offset=shift - lo,
+                        strides=a.strides)
+    out[...] = a   # along a zero stride, the same value written again
+    out.flags.writeable = a.flags.writeable
+    return out
 
 
 def run_both(kernel, node, inputs):
@@ -66,23 +82,42 @@ def run_both(kernel, node, inputs):
     return out_k, node_k, out_b, node_b
 
 
-def _close(what, got, want, atol):
+def _close(what, got, want, atol, any_special=False):
+    """Raise unless ``got`` equals ``want``: NaN and infinities at the same
+    places (with ``any_special``, any of them where the body has one),
+    finite values within ``atol``; with ``atol`` 0 the same bits (the sign
+    of a zero included), where the op rounds nothing."""
     got, want = backend.to_cpu(got), backend.to_cpu(want)
     if got.shape != want.shape:
         raise AssertionError('{}: shape {} from the kernel, {} from the body'
                              .format(what, got.shape, want.shape))
-    if atol == 0:
-        ok = numpy.array_equal(got, want, equal_nan=True)
+    special = ~numpy.isfinite(want)
+    if any_special:
+        wrong = special != ~numpy.isfinite(got)
     else:
-        ok = numpy.allclose(got, want, rtol=0, atol=atol, equal_nan=True)
-    if not ok:
-        diff = numpy.abs(got.astype(numpy.float64) - want)
+        wrong = (numpy.isnan(got) != numpy.isnan(want)) | (
+            special & ~numpy.isnan(want) & (got != want))
+    if wrong.any():
+        at = tuple(int(i) for i in numpy.argwhere(wrong)[0])
+        raise AssertionError('{}: {} where the body gives {} (at {}; {} '
+                             'such places)'.format(what, got[at], want[at],
+                                                   at, int(wrong.sum())))
+    finite = ~special
+    if atol == 0:
+        wrong = finite & ((got != want)
+                          | (numpy.signbit(got) != numpy.signbit(want)))
+    else:
+        wrong = finite & ~(numpy.abs(got.astype(numpy.float64) - want)
+                           <= atol)
+    if wrong.any():
+        diff = numpy.where(wrong, numpy.abs(got.astype(numpy.float64)
+                                            - want), 0)
+        at = tuple(int(i) for i in numpy.argwhere(wrong)[
+            int(numpy.argmax(diff[wrong]))])
         raise AssertionError(
-            '{}: the kernel differs from the body by up to {:.3g} (at {}), '
-            'tolerance {:.3g}'.format(what, numpy.nanmax(diff),
-                                      numpy.unravel_index(
-                                          numpy.nanargmax(diff), diff.shape),
-                                      atol))
+            '{}: the kernel differs from the body by up to {:.3g} (at {}: '
+            '{!r} for {!r}), tolerance {:.3g}'.format(
+                what, float(diff[at]), at, got[at], want[at], atol))
 
 
 def _same(a, b):
@@ -93,7 +128,8 @@ def _same(a, b):
 
 
 def assert_kernel_equals_body(kernel, node, inputs, atol=0.0,
-                              attr_atol=None, hints=()):
+                              attr_atol=None, hints=(), may_decline=False,
+                              any_special=False):
     """Assert that ``kernel`` computes what ``node``'s body computes.
 
     Args:
@@ -108,14 +144,24 @@ def assert_kernel_equals_body(kernel, node, inputs, atol=0.0,
         hints: attributes that the kernels may set differently, as hints
             for the backward's kernels (e.g. batch normalization's
             ``centered``); their names are compared, not their values.
+        may_decline: whether the kernel may decline these inputs.
+        any_special: let the kernel give NaN where the body gives an
+            infinity and the reverse (the same places must be finite):
+            for kernels that compute by another formula, where ``inf -
+            inf`` happens in one and not the other (batch
+            normalization's ``x * scale + shift`` for ``(x - mean) *
+            scale + beta``).
     Returns:
-        ``(kernel_outputs, body_outputs)``.
+        ``(kernel_outputs, body_outputs)``; None when the kernel declined
+        and ``may_decline``.
     Raises:
         AssertionError naming the node type and what differs; also when the
-        kernel declines (returns None) these inputs.
+        kernel declines (returns None) these inputs unless ``may_decline``.
     """
     label = type(node).__name__
     out_k, node_k, out_b, node_b = run_both(kernel, node, inputs)
+    if out_k is None and may_decline:
+        return None
     if out_k is None:
         raise AssertionError('the kernel of {} declined inputs of shapes {}'
                              .format(label, [getattr(a, 'shape', None)
@@ -129,7 +175,7 @@ def assert_kernel_equals_body(kernel, node, inputs, atol=0.0,
             raise AssertionError('{} output {}: dtype {} from the kernel, {} '
                                  'from the body'.format(label, i, k.dtype,
                                                         b.dtype))
-        _close('{} output {}'.format(label, i), k, b, tol)
+        _close('{} output {}'.format(label, i), k, b, tol, any_special)
     for name in ('_input_indexes_to_retain', '_output_indexes_to_retain'):
         if getattr(node_k, name) != getattr(node_b, name):
             raise AssertionError('{}: {} is {} after the kernel, {} after '
@@ -148,8 +194,43 @@ def assert_kernel_equals_body(kernel, node, inputs, atol=0.0,
         if backend.is_array(b):
             integer = numpy.dtype(b.dtype).kind in 'iub'
             tol = 0 if integer else attr_atol.get(name, atols[0])
-            _close('{}.{}'.format(label, name), k, b, tol)
+            _close('{}.{}'.format(label, name), k, b, tol, any_special)
         elif not _same(k, b):
             raise AssertionError('{}.{}: {!r} after the kernel, {!r} after '
                                  'the body'.format(label, name, k, b))
     return out_k, out_b
+
+
+def assert_update_equals_body(kernel, rule, param, atol=0.0,
+                              may_decline=False):
+    """Assert that an update rule's kernel (``kernel(rule, param)``, as
+    registered for the rule's type) updates ``param`` and the rule's state
+    as ``rule.update_core(param)`` does, within ``atol``, and writes
+    nothing into ``param.grad``. Each runs on a deep copy of ``rule`` and
+    of ``param``'s arrays that keep their layouts (:func:`_copy`), handed
+    over as a stand-in with ``array`` and ``grad``; the rule's state must
+    exist (``rule.init_state(param)``).
+
+    Returns:
+        True, or False when the kernel declined and ``may_decline``.
+    """
+    label = type(rule).__name__
+    runs = []
+    for run in (kernel, lambda r, p: r.update_core(p) or True):
+        r = copy.deepcopy(rule)
+        p = types.SimpleNamespace(array=_copy(param.array),
+                                  grad=_copy(param.grad))
+        r.state = {k: _copy(v) for k, v in rule.state.items()}
+        if not run(r, p):
+            if may_decline:
+                return False
+            raise AssertionError('the kernel of {} declined'.format(label))
+        if not numpy.array_equal(p.grad, param.grad, equal_nan=True):
+            raise AssertionError('{}: the kernel wrote into the gradient'
+                                 .format(label))
+        runs.append((p.array, r.state))
+    (pk, sk), (pb, sb) = runs
+    _close('{}: the parameter'.format(label), pk, pb, atol)
+    for name in sorted(sb):
+        _close('{}: state {}'.format(label, name), sk[name], sb[name], atol)
+    return True

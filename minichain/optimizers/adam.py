@@ -70,25 +70,20 @@ class Adam(optimizer.GradientMethod):
     step just taken; the first step's before any), like Chainer's.
     """
 
-    alpha = optimizer.HyperparameterProxy('alpha')
-    beta1 = optimizer.HyperparameterProxy('beta1')
-    beta2 = optimizer.HyperparameterProxy('beta2')
-    eps = optimizer.HyperparameterProxy('eps')
-    weight_decay_rate = optimizer.HyperparameterProxy('weight_decay_rate')
+    alpha = optimizer.HyperparameterProxy('alpha', low=0)
+    beta1 = optimizer.HyperparameterProxy('beta1', low=0, high=1,
+                                          open_high=True)
+    beta2 = optimizer.HyperparameterProxy('beta2', low=0, high=1,
+                                          open_high=True)
+    eps = optimizer.HyperparameterProxy('eps', low=0)
+    weight_decay_rate = optimizer.HyperparameterProxy('weight_decay_rate',
+                                                      low=0)
 
     def __init__(self, alpha=0.001, beta1=0.9, beta2=0.999, eps=1e-8,
                  weight_decay_rate=0):
         super().__init__()
-        check = optimizer.check_hyperparameter
-        hp = self.hyperparam
-        hp.alpha = check('Adam', 'alpha', alpha, low=0)
-        hp.beta1 = check('Adam', 'beta1', beta1, low=0, high=1,
-                         open_high=True)
-        hp.beta2 = check('Adam', 'beta2', beta2, low=0, high=1,
-                         open_high=True)
-        hp.eps = check('Adam', 'eps', eps, low=0)
-        hp.weight_decay_rate = check('Adam', 'weight_decay_rate',
-                                     weight_decay_rate, low=0)
+        self.alpha, self.beta1, self.beta2 = alpha, beta1, beta2
+        self.eps, self.weight_decay_rate = eps, weight_decay_rate
 
     @property
     def lr(self):

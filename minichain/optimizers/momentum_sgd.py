@@ -40,7 +40,8 @@ class MomentumSGD(optimizer.GradientMethod):
     does (PyTorch's SGD ``weight_decay``), in the same arithmetic, so the
     two give the same numbers; in the rule, a kernel can do the decay and
     the step in one pass over the arrays instead of three
-    (kernels/onednn/optimizers.py).
+    (kernels/onednn/optimizers.py), within a few units in the last place
+    of the hook's (it rounds ``lr * wd`` once and fuses the adds).
 
     Args:
         lr: learning rate :math:`\\eta` (``opt.lr``, settable between steps).
@@ -48,18 +49,15 @@ class MomentumSGD(optimizer.GradientMethod):
         weight_decay_rate: :math:`\\lambda \\ge 0` (default 0: none).
     """
 
-    lr = optimizer.HyperparameterProxy('lr')
-    momentum = optimizer.HyperparameterProxy('momentum')
-    weight_decay_rate = optimizer.HyperparameterProxy('weight_decay_rate')
+    lr = optimizer.HyperparameterProxy('lr', low=0)
+    momentum = optimizer.HyperparameterProxy('momentum', low=0, high=1)
+    weight_decay_rate = optimizer.HyperparameterProxy('weight_decay_rate',
+                                                      low=0)
 
     def __init__(self, lr=0.01, momentum=0.9, weight_decay_rate=0):
         super().__init__()
-        check = optimizer.check_hyperparameter
-        self.hyperparam.lr = check('MomentumSGD', 'lr', lr, low=0)
-        self.hyperparam.momentum = check('MomentumSGD', 'momentum', momentum,
-                                         low=0, high=1)
-        self.hyperparam.weight_decay_rate = check(
-            'MomentumSGD', 'weight_decay_rate', weight_decay_rate, low=0)
+        self.lr, self.momentum = lr, momentum
+        self.weight_decay_rate = weight_decay_rate
 
     def create_update_rule(self):
         return MomentumSGDRule(self.hyperparam, self._workspace)

@@ -39,17 +39,13 @@ class RMSprop(optimizer.GradientMethod):
         eps: :math:`\\epsilon`, added to the root mean square.
     """
 
-    lr = optimizer.HyperparameterProxy('lr')
-    alpha = optimizer.HyperparameterProxy('alpha')
-    eps = optimizer.HyperparameterProxy('eps')
+    lr = optimizer.HyperparameterProxy('lr', low=0)
+    alpha = optimizer.HyperparameterProxy('alpha', low=0, high=1)
+    eps = optimizer.HyperparameterProxy('eps', low=0)
 
     def __init__(self, lr=0.01, alpha=0.99, eps=1e-8):
         super().__init__()
-        check = optimizer.check_hyperparameter
-        self.hyperparam.lr = check('RMSprop', 'lr', lr, low=0)
-        self.hyperparam.alpha = check('RMSprop', 'alpha', alpha, low=0,
-                                      high=1)
-        self.hyperparam.eps = check('RMSprop', 'eps', eps, low=0)
+        self.lr, self.alpha, self.eps = lr, alpha, eps
 
     def create_update_rule(self):
         return RMSpropRule(self.hyperparam, self._workspace)

@@ -27,12 +27,11 @@ class SGD(optimizer.GradientMethod):
             ``opt.lr``).
     """
 
-    lr = optimizer.HyperparameterProxy('lr')
+    lr = optimizer.HyperparameterProxy('lr', low=0)
 
     def __init__(self, lr=0.01):
         super().__init__()
-        self.hyperparam.lr = optimizer.check_hyperparameter(
-            'SGD', 'lr', lr, low=0)
+        self.lr = lr
 
     def create_update_rule(self):
         return SGDRule(self.hyperparam, self._workspace)

@@ -154,6 +154,9 @@ def _tolerances(node, inputs):
         x, gy = inputs
         k = gy.shape[0] * gy.shape[2] * gy.shape[3]
         return s(k, _amax(x) * _amax(gy), f32), {}
+    if name == 'GlobalAveragePooling2D':
+        x, = inputs
+        return s(x.shape[2] * x.shape[3], _amax(x), f32), {}
     if name in ('AveragePooling2D', 'AveragePooling2DGrad',
                 'MaxPooling2DGrad'):
         g = node.g

@@ -366,10 +366,16 @@ F.convolution_2d(x, x)
 '''
 
 
+@pytest.mark.parametrize('library', ['missing', 'not-onednn'])
 @pytest.mark.parametrize('mode', ['always', 'auto'])
-def test_a_missing_library(tmp_path, mode):
+def test_a_missing_library(tmp_path, mode, library):
+    """A library that is not there, or loads and is not oneDNN (another
+    shared object), is the same: the NumPy path ('auto') or one line
+    ('always')."""
+    path = (str(tmp_path / 'libdnnl.so.3') if library == 'missing'
+            else numpy._core._multiarray_umath.__file__)
     env = dict(os.environ, MINICHAIN_ONEDNN=mode,
-               MINICHAIN_ONEDNN_LIBRARY=str(tmp_path / 'libdnnl.so.3'))
+               MINICHAIN_ONEDNN_LIBRARY=path)
     done = subprocess.run([sys.executable, '-c', _ALWAYS_WITHOUT_LIBRARY],
                           env=env, capture_output=True, text=True,
                           timeout=120)
@@ -380,7 +386,9 @@ def test_a_missing_library(tmp_path, mode):
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith('RuntimeError: config.use_onednn is \'always\' '
                            'but oneDNN cannot be used: ')
-    assert 'libdnnl.so.3 not found' in last and 'onednn-cpu-gomp' in last
+    why = ('libdnnl.so.3 not found' if library == 'missing'
+           else 'is not oneDNN (it has no dnnl_version)')
+    assert why in last and 'onednn-cpu-gomp' in last
 
 
 # -- a ResNet block end to end ----------------------------------------------

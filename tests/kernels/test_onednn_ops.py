@@ -257,6 +257,67 @@ def test_max_pooling_with_nan_is_declined_and_propagates_nan():
     assert numpy.isnan(y[0, 1]).any()
 
 
+# -- what each kernel used to get wrong (issue 44; the property test,
+# test_kernel_properties.py, tries such inputs at random) -------------------
+@pytest.mark.parametrize('view', ['stepped', 'reversed', 'broadcast'])
+def test_a_convolution_bias_that_is_a_view(view):
+    from minichain.functions.convolution import Convolution2D
+    rng = numpy.random.default_rng(7)
+    x, W, p = _rand(rng, 2, 3, 8, 8), _rand(rng, 4, 3, 3, 3), _rand(rng, 8)
+    b = {'stepped': p[::2], 'reversed': p[:4][::-1],
+         'broadcast': numpy.broadcast_to(p[:1], (4,))}[view]
+    node = Convolution2D((1, 1), (1, 1), False, (1, 1), 1)
+    testing.assert_kernel_equals_body(
+        kernels.registered(Convolution2D, 'onednn'), node, (x, W, b),
+        atol=_sum_tol(27, abs(x).max() * abs(W).max()) + 4 * U * 3)
+
+
+def test_relu_keeps_nan_and_its_backward_the_bodys_zeros(monkeypatch):
+    monkeypatch.setattr(onednn.activation, '_MIN_SIZE', 0)
+    relu, grad = _kernel(A.ReLU), _kernel(A.ReLUGrad)
+    x = _rand(numpy.random.default_rng(8), 4, 8, 6, 6)
+    assert relu(A.ReLU(), (x,)) is not None      # it takes finite x...
+    x[1, 2, 3, 4] = numpy.nan
+    y, = kernels.forward(A.ReLU(), (x,))          # ...and leaves NaN
+    assert numpy.isnan(y[1, 2, 3, 4])
+    y = numpy.maximum(x, 0)
+    for at, value in (((0, 0, 0, 0), numpy.inf), ((1, 2, 3, 4), 1.0)):
+        gy = numpy.ones_like(x)
+        gy[at] = value       # inf where y is 0; 1 where y is NaN
+        want, = A.ReLUGrad().forward((y, gy))
+        got, = kernels.forward(A.ReLUGrad(), (y, gy))
+        numpy.testing.assert_array_equal(got, want)  # NaN, 0: the body's
+    finite = numpy.nan_to_num(y)                  # it takes finite ones
+    assert grad(A.ReLUGrad(), (finite, numpy.ones_like(x))) is not None
+
+
+def test_max_pooling_over_minus_infinity_gives_minus_infinity():
+    x = _rand(numpy.random.default_rng(9), 2, 4, 6, 6)
+    x[0, 1, :2, :2] = -numpy.inf            # the first 2x2 window
+    g = P._pool_geometry('max_pooling_2d', x, 2, 2, 0, False)
+    y, = kernels.forward(P.MaxPooling2D(g), (x,))
+    assert y[0, 1, 0, 0] == -numpy.inf and numpy.isfinite(y[1]).all()
+    gy = numpy.ones(y.shape, F32)
+    gy[0, 0, 1, 1] = numpy.inf           # the body spreads inf * 0 (NaN)
+    node = P.MaxPooling2D(g)
+    node.forward((numpy.nan_to_num(x),))
+    want, = P.MaxPooling2DGrad(g, node.indexes).forward((gy,))
+    got, = kernels.forward(P.MaxPooling2DGrad(g, node.indexes), (gy,))
+    numpy.testing.assert_array_equal(got, want)
+
+
+def test_batch_normalization_with_relu_keeps_nan():
+    from minichain.functions import normalization as N
+    from minichain.functions.channel_layout import Layout
+    x = _channels_last(_rand(numpy.random.default_rng(10), 4, 8, 6, 6))
+    x[1, 2, 3, 4] = numpy.nan
+    gamma, beta = numpy.ones(8, F32), numpy.zeros(8, F32)
+    node = N.BatchNormalization(Layout(x.shape, (0, 2, 3)), 2e-5, None,
+                                None, 0.9, relu=True)
+    y, = kernels.forward(node, (x, gamma, beta))
+    assert numpy.isnan(y[:, 2]).all() and not numpy.isnan(y[:, 3]).any()
+
+
 def test_a_window_wholly_in_the_padding_is_declined():
     # cover_all with a stride beyond the window: the last window reads
     # only padding (the body gives -inf there); oneDNN has no such window

@@ -16,7 +16,8 @@ import numpy
 import pytest
 
 import minichain
-from minichain import kernels, optimizers
+from minichain import kernels, optimizer_hooks, optimizers
+from minichain.kernels.onednn import _plan
 from minichain.optimizers.momentum_sgd import MomentumSGDRule
 from models.resnet import ResNet50
 from tests._holder import Holder
@@ -46,8 +47,8 @@ def _case(shape, seed):
 
 def _one_step(p, g, v, lr, mu, wd, use_kernel):
     link = Holder(w=p.copy())
-    opt = optimizers.MomentumSGD(lr=lr, momentum=mu,
-                                 weight_decay_rate=wd).setup(link)
+    optimizers.MomentumSGD(lr=lr, momentum=mu,
+                           weight_decay_rate=wd).setup(link)
     rule = link.w.update_rule
     rule.init_state(link.w)
     rule.state['v'][...] = v
@@ -72,10 +73,8 @@ def test_the_kernel_equals_the_body_at_every_resnet50_parameter(
         for lr in (0.1, 0.0137):   # the rate changes between calls
             pk, vk = _one_step(p, g, v, lr, mu, wd, True)
             pb, vb = _one_step(p, g, v, lr, mu, wd, False)
-            terms = mu * abs(v) + lr * abs(g) + lr * wd * abs(p)
-            v_bound = 8 * U * terms
+            v_bound, p_bound = _bounds(p, g, v, lr, mu, wd, pb, vb)
             assert (abs(vk - vb) <= v_bound).all(), (shape, wd, lr)
-            p_bound = v_bound + 2 * U * (abs(pb) + abs(vb))
             assert (abs(pk - pb) <= p_bound).all(), (shape, wd, lr)
             # a wrong term would be far off: the step itself is not small
             assert abs(pk - p).max() > 1e3 * p_bound.max()
@@ -133,3 +132,51 @@ def test_the_seam_runs_the_kernel_and_the_switch_turns_it_off(monkeypatch):
     assert calls == [(512, 256)] * 2   # 'never': the body ran
     numpy.testing.assert_allclose(results[0], results[1], rtol=1e-6,
                                   atol=1e-7)
+
+
+def _bounds(p, g, v, lr, mu, wd, pb, vb):
+    """The bounds above: 8 units of roundoff of the velocity's terms for
+    v, two more of |param| + |v| for the parameter."""
+    v_bound = 8 * U * (mu * abs(v) + lr * abs(g) + lr * wd * abs(p))
+    return v_bound, v_bound + 2 * U * (abs(pb) + abs(vb))
+
+
+def test_decay_in_the_rule_is_the_hooks_within_the_bound(monkeypatch):
+    """models/README.md: decay in the rule gives the WeightDecay hook's
+    numbers, bit for bit on NumPy and within the bound above on oneDNN
+    (it rounds lr * wd once and fuses the adds): one step of each way
+    from the same state, at every ResNet-50 parameter shape."""
+    monkeypatch.setattr(onednn.optimizers, '_MIN_SIZE', 0)
+    lr, mu, wd = 0.1, 0.9, 1e-4
+    for i, shape in enumerate(_shapes()):
+        p, g, v = _case(shape, i)
+        pk, vk = _one_step(p, g, v, lr, mu, wd, True)   # in the rule
+        link = Holder(w=p.copy())                        # the hook's way
+        opt = optimizers.MomentumSGD(lr=lr, momentum=mu).setup(link)
+        opt.add_hook(optimizer_hooks.WeightDecay(wd))
+        opt.target.w.update_rule.init_state(link.w)
+        opt.target.w.update_rule.state['v'][...] = v
+        link.w.grad = g.copy()
+        with minichain.using_config('use_onednn', 'never'):
+            opt.update()
+        vh = opt.target.w.update_rule.state['v']
+        v_bound, p_bound = _bounds(p, g, v, lr, mu, wd, link.w.array, vh)
+        assert (abs(vk - vh) <= v_bound).all(), shape
+        assert (abs(pk - link.w.array) <= p_bound).all(), shape
+
+
+def test_a_momentum_schedule_keeps_one_primitive_per_size():
+    """The momentum is fixed in the first form's primitive: a schedule
+    replaces it, and the cache keeps one per parameter size."""
+    p, g, v = _case((512, 256), 3)
+
+    def primitives():
+        return [k for k in _plan._cache
+                if k[0] == 'momentum_sgd' and k[1] == p.size]
+    for mu in (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.6):
+        pk, vk = _one_step(p, g, v, 0.1, mu, 1e-4, True)
+        pb, vb = _one_step(p, g, v, 0.1, mu, 1e-4, False)
+        v_bound, p_bound = _bounds(p, g, v, 0.1, mu, 1e-4, pb, vb)
+        assert (abs(vk - vb) <= v_bound).all(), mu   # this momentum's
+        assert (abs(pk - pb) <= p_bound).all(), mu
+        assert len(primitives()) == 1

@@ -303,7 +303,10 @@ def deconv_forward(x, W, g, groups):
     * stride 1 with a weight no larger than x: a convolution of x with the
       flipped, transposed kernel and pad ``d*(k-1) - p``. Transposing W costs
       a copy of W (slow for big matrices, hence the size test), but saves
-      col2im's kh*kw accumulation passes over the output.
+      col2im's kh*kw accumulation passes over the output. Not for a W
+      holding NaN or infinities where there is padding: the padding's zeros
+      would multiply them (0 * inf is NaN) where col2im, as the body,
+      never forms those products.
     * otherwise one GEMM ``W^T @ x`` giving columns, summed back into pixels
       (col2im; images last on small maps, ``_batch_last.add_columns``).
     """
@@ -330,7 +333,8 @@ def deconv_forward(x, W, g, groups):
         _parallel.over_chunks(run_pointwise, chunks)
         return y
     fpad = (g.dy * (g.kh - 1) - g.ph, g.dx * (g.kw - 1) - g.pw)
-    if g.sy == g.sx == 1 and min(fpad) >= 0 and W.size <= x.size:
+    if (g.sy == g.sx == 1 and min(fpad) >= 0 and W.size <= x.size
+            and (max(fpad) == 0 or numpy.isfinite(W.sum()))):
         fg = Geometry(g.kh, g.kw, 1, 1, fpad[0], fpad[1], g.dy, g.dx,
                       g.oh, g.ow, g.h, g.w)
         return conv_forward(x, _flipped_weight(W, groups), fg, groups)

@@ -21,6 +21,15 @@ the whole batch at once there).
 import numpy
 
 
+def native(arrays):
+    """Whether ``arrays`` are all NumPy arrays in the machine's byte
+    order, which the NumPy kernels take: the body runs the others (a
+    big-endian array, as an IDX file holds, would make some kernels
+    return big-endian results, or fail)."""
+    return all(isinstance(a, numpy.ndarray) and a.dtype.isnative
+               for a in arrays)
+
+
 def channel_major(a):
     """The C-contiguous (C, N, ...) array behind ``a`` (N, C, ...) when
     ``a`` is a channel-major NumPy array, else None."""

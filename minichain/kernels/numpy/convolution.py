@@ -1,18 +1,13 @@
 """The convolution nodes on NumPy: chunked im2col + GEMM on minichain's
 threads, channel-major outputs, 1x1 products read in place
 (``_im2col.py`` has the routes and the figures behind them)."""
-import numpy
-
 from minichain import kernels
 from minichain.functions import geometry
 from minichain.functions.convolution import (Convolution2D,
                                              Convolution2DGradW,
                                              Deconvolution2D)
 from minichain.kernels.numpy import _im2col
-
-
-def _numpy(inputs):
-    return all(isinstance(a, numpy.ndarray) for a in inputs)
+from minichain.kernels.numpy._layout import native
 
 
 def _geometry_of(node, k, in_size, out_size):
@@ -23,7 +18,7 @@ def _geometry_of(node, k, in_size, out_size):
 
 
 def convolution_2d(node, inputs):
-    if not _numpy(inputs):
+    if not native(inputs):
         return None
     x, W = inputs[:2]
     node.retain_inputs((0, 1))
@@ -39,7 +34,7 @@ def convolution_2d(node, inputs):
 
 
 def deconvolution_2d(node, inputs):
-    if not _numpy(inputs):
+    if not native(inputs):
         return None
     x, W = inputs[:2]
     node.retain_inputs((0, 1))
@@ -51,7 +46,7 @@ def deconvolution_2d(node, inputs):
 
 
 def convolution_2d_grad_w(node, inputs):
-    if not _numpy(inputs):
+    if not native(inputs):
         return None
     x, gy = inputs
     node.retain_inputs((0, 1))

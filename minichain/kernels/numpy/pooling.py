@@ -32,7 +32,7 @@ _unplane = _as_planes
 
 def max_pooling_2d(node, inputs):
     x, = inputs
-    if not isinstance(x, numpy.ndarray):
+    if not _layout.native(inputs):
         return None
     x, swap = _planes(x)
     grid = PhaseGrid(node.g)
@@ -48,7 +48,10 @@ def max_pooling_2d(node, inputs):
             step = numpy.empty(best.shape, itype)
             continue
         numpy.greater(v, best, out=mask)
-        numpy.maximum(best, v, out=best)
+        # best second: NumPy's maximum returns its second argument where
+        # the two are equal, so that of +0.0 and -0.0 the first stays, as
+        # the body's argmax picks it (the property test holds it there).
+        numpy.maximum(v, best, out=best)
         numpy.subtract(itype(k), idx, out=step)
         numpy.multiply(step, mask, out=step)
         numpy.add(idx, step, out=idx)  # idx = k where v won
@@ -73,7 +76,7 @@ def _point_at_first_nan(grid, ph, best, idx):
 
 def max_pooling_2d_grad(node, inputs):
     gy, = inputs
-    if not isinstance(gy, numpy.ndarray):
+    if not _layout.native(inputs):
         return None
     gy, swap = _planes(gy)
     grid = PhaseGrid(node.g)
@@ -94,23 +97,27 @@ def max_pooling_2d_grad(node, inputs):
 
 def max_pooling_2d_gather(node, inputs):
     ggx, = inputs
-    if not isinstance(ggx, numpy.ndarray):
+    if not _layout.native(inputs):
         return None
     ggx, swap = _planes(ggx)
     grid = PhaseGrid(node.g)
     ph = grid.split(ggx, 0)
     idxf = grid.expand(_as_planes(node.indexes, swap), -1)
-    out = numpy.zeros(idxf.shape, ggx.dtype)
+    out = numpy.empty(idxf.shape, ggx.dtype)
     part = numpy.empty(idxf.shape, ggx.dtype)
     for k, a, b, shift in grid.offsets:  # the masks are disjoint
-        numpy.multiply(grid.window(ph, a, b, shift), idxf == k, out=part)
-        numpy.add(out, part, out=out)
+        # the first product is the start, as in the body (not +0.0, which
+        # would turn a -0.0 into +0.0)
+        numpy.multiply(grid.window(ph, a, b, shift), idxf == k,
+                       out=part if k else out)
+        if k:
+            numpy.add(out, part, out=out)
     return _unplane(grid.crop(out, ggx.shape[:2]), swap),
 
 
 def average_pooling_2d(node, inputs):
     x, = inputs
-    if not isinstance(x, numpy.ndarray):
+    if not _layout.native(inputs):
         return None
     x, swap = _planes(x)
     grid = PhaseGrid(node.g)
@@ -125,7 +132,7 @@ def average_pooling_2d(node, inputs):
 
 def average_pooling_2d_grad(node, inputs):
     gy, = inputs
-    if not isinstance(gy, numpy.ndarray):
+    if not _layout.native(inputs):
         return None
     gy, swap = _planes(gy)
     grid = PhaseGrid(node.g)

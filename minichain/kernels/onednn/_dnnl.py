@@ -115,21 +115,32 @@ def load():
         candidate = ctypes.CDLL(path)
     except OSError as e:   # e.g. the system's libgomp.so.1 is missing
         raise OSError('{} does not load: {}'.format(path, e)) from None
-    candidate.dnnl_version.restype = ctypes.POINTER(_Version)
+    # A library that loads but is not oneDNN 3.2 (MINICHAIN_ONEDNN_LIBRARY
+    # set to another file) is refused here, as a missing one is, before
+    # anything is called through a symbol it may not have.
+    try:
+        candidate.dnnl_version.restype = ctypes.POINTER(_Version)
+    except AttributeError:
+        raise OSError('{} is not oneDNN (it has no dnnl_version)'.format(
+            path)) from None
     v = candidate.dnnl_version().contents
     if (v.major, v.minor) != (3, 2):
         raise OSError('{} is oneDNN {}.{}.{}; minichain\'s binding is '
                       'written for 3.2'.format(path, v.major, v.minor,
                                                v.patch))
-    _declare(candidate)
-    lib = candidate
-    engine, stream = _handle(), _handle()
-    check('dnnl_engine_create', lib.dnnl_engine_create(
-        ctypes.byref(engine), CPU, 0))
-    check('dnnl_stream_create', lib.dnnl_stream_create(
-        ctypes.byref(stream), engine, STREAM_IN_ORDER))
+    try:
+        _declare(candidate)
+    except AttributeError as e:
+        raise OSError('{} lacks a call of oneDNN 3.2: {}'.format(path, e)
+                      ) from None
     # oneDNN's threads are libgomp's; the same loaded copy answers here.
-    _gomp = ctypes.CDLL('libgomp.so.1')
+    gomp = ctypes.CDLL('libgomp.so.1')
+    engine, stream = _handle(), _handle()
+    check('dnnl_engine_create', candidate.dnnl_engine_create(
+        ctypes.byref(engine), CPU, 0))
+    check('dnnl_stream_create', candidate.dnnl_stream_create(
+        ctypes.byref(stream), engine, STREAM_IN_ORDER))
+    lib, _gomp = candidate, gomp
     return version()
 
 
@@ -258,6 +269,13 @@ def describable(array):
     and whole elements), checked without creating an md."""
     return array.dtype == numpy.float32 and all(
         s > 0 and s % 4 == 0 for s in array.strides)
+
+
+def finite(array):
+    """Whether every element of ``array`` is finite, in one pass: a sum
+    is finite iff every term is (short of an overflow, which says no
+    too: the kernel then declines, and the body runs)."""
+    return array.size == 0 or bool(numpy.isfinite(array.sum()))
 
 
 def of(array):

@@ -39,7 +39,10 @@ an optimizer's update (a load, a broadcast) would have to call
 Plans are cached by a key the kernels build from everything that fixes
 the primitive (shapes, strides, hyper-parameters) plus OpenMP's thread
 count, since a primitive keeps the count it was created with. A shape
-oneDNN refuses is cached as None, so that it is refused once.
+oneDNN refuses is cached as None, so that it is refused once. Where a key
+also holds a scalar that can change every step (MomentumSGD's momentum,
+which oneDNN 3.2 takes at creation only), the kernel names a *slot* (the
+key without the scalar): a slot keeps the plan of its latest key only.
 """
 import weakref
 
@@ -49,21 +52,26 @@ from minichain import kernels
 from minichain.kernels.onednn import _dnnl
 
 _cache = {}
+_slots = {}   # slot -> the key of its plan in _cache
 CACHE_WEIGHTS = False
 # (id(array), data pointer, id(reorder)) -> (weak ref to the array, the
 # parameters' version when reordered, the reordered copy)
 _weights = {}
 
 
-def cached(key, build):
+def cached(key, build, slot=None):
     """The plan for ``key``, built by ``build()`` on first use; None when
     oneDNN has no implementation for it (status unimplemented or invalid
-    arguments: the kernel then declines)."""
+    arguments: the kernel then declines). With a ``slot``, the plan
+    replaces the one an earlier key of the same slot had."""
     key = key + (_dnnl.threads(),)
     try:
         return _cache[key]
     except KeyError:
         pass
+    if slot is not None:
+        _cache.pop(_slots.get(slot), None)
+        _slots[slot] = key
     try:
         plan = build()
     except _dnnl.Error as e:

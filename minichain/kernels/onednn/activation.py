@@ -9,11 +9,19 @@ NumPy kernels meet (the last stage on small maps runs on NumPy), a
 gradient sums two layouts and NumPy returns that sum C-ordered; handed
 on as it came, the C order would follow the identity shortcuts down a
 whole stage, every op there mixing layouts. Bit for bit what the bodies
-compute: ``max(x, 0)`` and ``gy`` where ``y > 0``, else 0 (no sums,
-nothing rounded).
+compute: ``max(x, 0)`` and ``gy * (y > 0)`` (no sums, nothing rounded),
+where they take the arrays.
 
-Declined: other dtypes, arrays with gaps or broadcast (zero) strides, and
-arrays under ``_MIN_SIZE`` elements.
+oneDNN's relu turns NaN into 0, where the body's ``maximum`` keeps it
+(and a NaN stop downstream needs to see it); its backward multiplies
+``gy`` by 1 where ``y`` is NaN, where the body's ``y > 0`` is False. So
+each kernel declines an ``x`` (forward) or ``y`` (backward) holding NaN:
+one pass, ``x.max()`` is then NaN. It reads an array that the primitive
+reads anyway: 8-13% of the backward's time at the main job's sizes,
+where it is in cache, 19% at 8x64x112x112 (bench/onednn_checks.py).
+
+Declined: other dtypes, arrays with gaps or broadcast (zero) strides,
+arrays under ``_MIN_SIZE`` elements, and the special values above.
 """
 import numpy
 
@@ -32,7 +40,7 @@ _MIN_SIZE = 16384
 def _dense(a):
     """Whether ``a`` is a float32 array of at least ``_MIN_SIZE`` elements
     over one dense block of memory, in any order of its axes."""
-    return (a.dtype == numpy.float32 and a.size >= _MIN_SIZE
+    return (a.dtype == numpy.float32 and a.size >= max(_MIN_SIZE, 1)
             and a.ndim <= L.MAX_NDIMS and dense_order(a) is not None)
 
 
@@ -46,7 +54,7 @@ def _forward_pd(md):
 
 def relu(node, inputs):
     x, = inputs
-    if not _dense(x):
+    if not _dense(x) or numpy.isnan(x.max()):
         return None
     primitive = cached(('relu', x.shape, x.strides), lambda: L.Primitive(
         _forward_pd(L.of(x)), (L.ARG_SRC, L.ARG_DST)))
@@ -71,7 +79,7 @@ def _backward_primitive(y_md):
 def relu_grad(node, inputs):
     y, gy = inputs
     if not (_dense(y) and y.shape == gy.shape and gy.dtype == y.dtype
-            and L.describable(gy)):
+            and L.describable(gy)) or numpy.isnan(y.max()):
         return None
     primitive = cached(('relu_grad', y.shape, y.strides),
                        lambda: _backward_primitive(L.of(y)))

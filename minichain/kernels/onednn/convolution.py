@@ -16,8 +16,11 @@ says more). The weight reorders were about 7% of oneDNN's time in a step
 at 32 x 28 (ONEDNN_VERBOSE=1).
 
 Declined (the next kernel or the body runs): dtypes other than float32,
-groups > 1, sizes where the body measured faster (``_usable``), and any
-geometry oneDNN has no optimized code for.
+groups > 1, sizes where the body measured faster (``_usable``), any
+geometry oneDNN has no optimized code for, and, where windows reach into
+the padding, weights (forward) or a gy (backward weights) that are not
+all finite: the body multiplies the padding's zeros by them (0 * inf is
+NaN) where oneDNN skips the padding.
 """
 import numpy
 
@@ -90,6 +93,11 @@ def _usable(node, y_shape, *arrays):
             and y_shape[2] * y_shape[3] >= _MIN_PIXELS)
 
 
+def _padded(geo):
+    """Whether some window reaches into the padding."""
+    return max(geo[2] + geo[3]) > 0
+
+
 def _forward_pd(src, w, dst, geo, bias_md=None):
     strides, dil, pad_l, pad_r = geo
     return L.PrimitiveDesc(
@@ -109,18 +117,23 @@ def convolution_2d(node, inputs):
                          node.dilate[a], node.cover_all) for a in (0, 1))
     y_shape = (x.shape[0], W.shape[0]) + out
     if (not _usable(node, y_shape, x, W)
-            or (b is not None and b.dtype != x.dtype)):
+            or (b is not None and (b.dtype != x.dtype
+                                   or b.shape != (W.shape[0],)))):
         return None
     geo = _geometry(x.shape[2:], out, k, node.stride, node.pad, node.dilate)
-    key = ('conv', x.shape, x.strides, W.shape, W.strides,
-           None if b is None else b.strides, geo)
+    if _padded(geo) and not L.finite(W):
+        return None
+    key = ('conv', x.shape, x.strides, W.shape, W.strides, b is not None,
+           geo)
     plan = cached(key, lambda: _forward_plan(x, W, b, y_shape, geo))
     if plan is None:
         return None
     node.retain_inputs((0, 1))
     args = {L.ARG_SRC: x, L.ARG_WEIGHTS: W}
     if b is not None:
-        args[L.ARG_BIAS] = b
+        # oneDNN reads the bias as one dense vector whatever its md says:
+        # a view (P[::2], reversed, broadcast) is copied (O floats).
+        args[L.ARG_BIAS] = numpy.ascontiguousarray(b)
     return plan(args)[L.ARG_DST],
 
 
@@ -128,7 +141,7 @@ def _forward_plan(x, W, b, y_shape, geo):
     user = {L.ARG_SRC: L.of(x), L.ARG_WEIGHTS: L.of(W)}
     if None in user.values():
         return None
-    bias_md = None if b is None else L.of(b)
+    bias_md = None if b is None else L.plain(b.shape)
     mds = _mds(_on_nhwc(W.shape[2:], y_shape), x.shape, W.shape, y_shape)
     pd = _forward_pd(*mds, geo, bias_md)
     args = (L.ARG_SRC, L.ARG_WEIGHTS, L.ARG_DST) + (
@@ -188,6 +201,8 @@ def convolution_2d_grad_w(node, inputs):
     w_shape = node.w_shape
     geo = _geometry(x.shape[2:], gy.shape[2:], w_shape[2:], node.stride,
                     node.pad, node.dilate)
+    if _padded(geo) and not L.finite(gy):
+        return None
     key = ('grad_w', x.shape, x.strides, gy.shape, gy.strides, w_shape, geo)
     plan = cached(key, lambda: _backward_weights_plan(x, gy, w_shape, geo))
     if plan is None:

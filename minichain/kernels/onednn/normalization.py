@@ -18,10 +18,13 @@ on the node the per-channel ``mean`` and ``inv_std`` that the backward
 reads, and updates the running statistics in place.
 
 Declined: other dtypes, other ranks than 4, reduced axes other than all
-but the channel axis, x not channels-last.
+but the channel axis, x not channels-last, per-channel parameters that
+are not finite (as the NumPy kernels: their formula is not the body's),
+and a NaN hidden by the fused relu (below).
 """
 import numpy
 
+from minichain.kernels.numpy.normalization import finite
 from minichain.kernels.onednn import _dnnl as L
 from minichain.kernels.onednn._plan import Plan, cached
 
@@ -49,8 +52,9 @@ def _forward_pd(shape, eps, flags, prop=L.FORWARD_TRAINING):
 def batch_normalization(node, inputs):
     x, gamma, beta = inputs[:3]
     residual = inputs[3] if len(inputs) == 4 else None
-    if not _usable(node.lay, x, (gamma, beta),
-                   () if residual is None else (residual,)):
+    if not (_usable(node.lay, x, (gamma, beta),
+                    () if residual is None else (residual,))
+            and finite(gamma, beta)):
         return None
     # oneDNN 3.2's CPU code fuses relu but no residual add (see above)
     flags = _SCALE_SHIFT | (L.FUSE_NORM_RELU if node.relu and residual is None
@@ -67,17 +71,22 @@ def batch_normalization(node, inputs):
         # The relu mask for oneDNN's own backward; ours reads y's sign.
         args[L.ARG_WORKSPACE] = L.buffer(plan.md(L.ARG_WORKSPACE))
     y = plan(args)[L.ARG_DST]
+    # float64 on the way, as the body's one-pass variance is not: the
+    # statistics then agree with the body's to float32 rounding.
+    inv_std = (1.0 / numpy.sqrt(var.astype(numpy.float64)
+                                + node.eps)).astype(numpy.float32)
+    if flags & L.FUSE_NORM_RELU and not finite(mean, inv_std):
+        # oneDNN's fused relu turned any NaN of y into 0, and a channel
+        # whose statistics are not finite (x's NaN or inf, 0 * inf) may
+        # hold NaN in the body's y: the body runs.
+        return None
     if residual is not None:
         # In the order of the body (bn, + residual, relu): same values.
         numpy.add(y, residual, out=y)
         if node.relu:
             numpy.maximum(y, numpy.float32(0), out=y)
-    # float64 on the way, as the body's one-pass variance is not: the
-    # statistics then agree with the body's to float32 rounding. Centered:
-    # the body's backward then forms x - mean.
-    inv_std = (1.0 / numpy.sqrt(var.astype(numpy.float64)
-                                + node.eps)).astype(numpy.float32)
-    node.keep_statistics(mean, var, inv_std, True)
+    node.keep_statistics(mean, var, inv_std, True)  # centered: the body's
+    # backward then forms x - mean
     return y,
 
 
@@ -134,7 +143,8 @@ def fixed_batch_normalization(node, inputs):
     (oneDNN's ``use_global_stats``), one pass over x where the body makes
     three."""
     x, gamma, beta, mean, var = inputs
-    if not _usable(node.lay, x, (gamma, beta, mean, var)):
+    if not (_usable(node.lay, x, (gamma, beta, mean, var))
+            and finite(gamma, beta, mean, var)):
         return None
     plan = cached(('fixed_bn', x.shape, float(node.eps)),
                   lambda: _inference_plan(x.shape, node.eps))

@@ -16,15 +16,20 @@ built per rate would be built every step), and a *sum post-op* of scale
 ``mu`` that adds the old ``v`` as it writes the new one. Without weight
 decay it is ``v <- mu * v + (-lr) * g`` in place, both scales at
 execute time (``param`` is not read: ``0 * inf`` would be NaN where the
-body stays finite). The primitives are cached per size, momentum and
-form; they see every array as one flat run of float32.
+body stays finite). The primitives are cached per size and form; they
+see every array as one flat run of float32. The sum post-op's scale is
+fixed when a primitive is created (oneDNN 3.2 has no execute-time scale
+for it), so the momentum is part of the first form's primitive: one per
+size is kept, for the latest momentum, and a momentum schedule rebuilds
+it when the momentum moves (``_plan.cached``'s slots).
 
 Rounded differently from the body (``lr * wd`` is one float32 scale here,
 the products are fused), by a few units in the last place of the terms:
 tests/kernels/test_onednn_update.py bounds it. Declined: other dtypes,
-arrays that are not C-contiguous, and arrays under ``_MIN_SIZE``
-elements (batch normalization's scales and shifts: two executes cost
-more than NumPy's few ufunc calls there).
+arrays that are not C-contiguous, a read-only parameter or velocity
+(the body raises), and arrays under ``_MIN_SIZE`` elements (batch
+normalization's scales and shifts: two executes cost more than NumPy's
+few ufunc calls there).
 """
 import ctypes
 
@@ -122,13 +127,15 @@ def momentum_sgd(rule, param):
     hp = rule.hyperparam
     p, g, v = param.array, param.grad, rule.state['v']
     if not (_flat_f32(p) and _flat_f32(g) and _flat_f32(v)
-            and p.shape == g.shape == v.shape):
+            and p.shape == g.shape == v.shape
+            and p.flags.writeable and v.flags.writeable):
         return None
     n, mu = p.size, float(hp.momentum)
     p1, g1, v1 = p.reshape(-1), g.reshape(-1), v.reshape(-1)
     if hp.weight_decay_rate:
         velocity = cached(('momentum_sgd', n, mu),
-                          lambda: _velocity(n, mu))
+                          lambda: _velocity(n, mu),
+                          slot=('momentum_sgd', n))
         args = {L.ARG_SRC: g1, L.ARG_SRC_1: p1, L.ARG_DST: v1,
                 _SCALE_0: _scale(-hp.lr),
                 _SCALE_1: _scale(-hp.lr * hp.weight_decay_rate)}

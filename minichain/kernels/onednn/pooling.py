@@ -10,13 +10,19 @@ offsets), which is what the body keeps in ``node.indexes`` and its
 backward nodes read: the kernel gives the workspace as ``indexes`` (an
 int8 view of it, the NumPy kernels' dtype, up to 127 offsets), and the
 backward kernel gives any node's ``indexes`` back to oneDNN as the
-workspace. oneDNN's maximum skips NaN where the body's lets it win: an
-input holding NaN is declined (one pass of ``isnan`` over it), so that
-NaN propagates as documented.
+workspace. oneDNN's maximum skips NaN where the body's lets it win, and
+starts from the lowest float (-3.4e38) where the body's starts from
+-inf: an input holding NaN or -inf is declined (one pass: ``x.min()`` is
+then NaN or -inf), so that NaN propagates and a window of -inf gives
+-inf, as documented. Its backward adds each ``gy`` to the pixel its
+window chose, where the body spreads ``gy * (index == k)`` over the
+window (NaN wherever ``gy`` is not finite): a ``gy`` that is not finite
+is declined (one pass, a sum).
 
 Declined: other dtypes, other layouts, a window that can lie
 wholly in the padding (cover_all with a stride beyond the window; the
-body gives -inf there), and geometries oneDNN refuses.
+body gives -inf there), the special values above, and geometries oneDNN
+refuses.
 """
 import numpy
 
@@ -127,7 +133,7 @@ def max_pooling_2d(node, inputs):
     x, = inputs
     g = node.g
     layout = _layout(x)
-    if layout is None or numpy.isnan(x).any():
+    if layout is None or not x.min() > -numpy.inf:   # NaN or -inf
         return None
     plan = _plan('fwd', L.POOLING_MAX, g, *x.shape[:2], layout)
     if plan is None:
@@ -147,7 +153,7 @@ def max_pooling_2d_grad(node, inputs):
     gy, = inputs
     g = node.g
     layout = _layout(gy)
-    if layout is None:
+    if layout is None or not L.finite(gy):
         return None
     plan = _plan('bwd', L.POOLING_MAX, g, *gy.shape[:2], layout)
     if plan is None:
