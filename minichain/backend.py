@@ -285,8 +285,13 @@ def set_tf32(enabled):
         else cp._core._routines_linalg.COMPUTE_TYPE_DEFAULT)
     from cupy_backends.cuda.libs import cublas  # cupy.cuda.cublas, loaded
     cublas.setMathMode(cp.cuda.device.get_cublas_handle(),
-                       cublas.CUBLAS_TF32_TENSOR_OP_MATH if enabled
+                       CUBLAS_TF32_TENSOR_OP_MATH if enabled
                        else cublas.CUBLAS_DEFAULT_MATH)
+
+
+# cublasMath_t's value from cublas_api.h: CuPy (14.2) binds only
+# CUBLAS_DEFAULT_MATH and CUBLAS_TENSOR_OP_MATH, not this one.
+CUBLAS_TF32_TENSOR_OP_MATH = 3
 
 
 def tf32_enabled():

@@ -243,6 +243,11 @@ def test_cuda_headers_of_the_runtime_wheel_come_first(monkeypatch, tmp_path):
     assert _cuda_wheels.cuda_headers(None) == wheel
 
 
+# The names of CuPy's cuBLAS module the fake below has: only real ones
+# (tests/cuda/test_cupy_api.py checks them against the installed CuPy).
+FAKE_CUBLAS_NAMES = ('CUBLAS_DEFAULT_MATH', 'setMathMode')
+
+
 def test_tf32_switch_sets_cupys_float32_compute_type(monkeypatch):
     calls = []
     core = types.SimpleNamespace(
@@ -250,9 +255,8 @@ def test_tf32_switch_sets_cupys_float32_compute_type(monkeypatch):
         set_compute_type=lambda dtype, kind: calls.append((dtype, kind)),
         get_compute_type=lambda dtype: calls[-1][1] if calls else 1)
     modes = []
-    cublas = types.SimpleNamespace(
-        CUBLAS_DEFAULT_MATH=0, CUBLAS_TF32_TENSOR_OP_MATH=3,
-        setMathMode=lambda handle, mode: modes.append((handle, mode)))
+    cublas = types.SimpleNamespace(**dict(zip(FAKE_CUBLAS_NAMES, (
+        0, lambda handle, mode: modes.append((handle, mode))))))
     fake = _cupy_14_with(None)
     fake._core = types.SimpleNamespace(
         _routines_linalg=core, set_compute_type=core.set_compute_type,
