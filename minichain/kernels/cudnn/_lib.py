@@ -233,7 +233,8 @@ _handles = {}
 
 
 def handle(device_id, stream_ptr):
-    """The device's handle, set to run on the stream ``stream_ptr``."""
+    """The device's handle, set to run on the stream ``stream_ptr`` (call
+    it, and cuDNN, with ``device_id`` the current device)."""
     h = _handles.get(device_id)
     if h is None:
         h = ctypes.c_void_p()

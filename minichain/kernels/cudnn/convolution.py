@@ -73,18 +73,19 @@ def _product(kind, node, a, b, x_shape, w_shape, y_shape):
     out = cupy.empty({'forward': y_shape, 'data': x_shape,
                       'filter': w_shape}[kind], a.dtype)
     x, w, conv, y = descs
-    h = _lib.handle(out.device.id, cupy.cuda.get_current_stream().ptr)
     first = {'forward': (x, w), 'data': (w, y), 'filter': (x, y)}[kind]
     last = {'forward': y, 'data': x, 'filter': w}[kind]
     shapes = (x_shape, w_shape, y_shape)
-    algo, nbytes = _algorithm(kind, h, first + (conv, last), shapes)
-    work = cupy.empty(nbytes, numpy.uint8) if nbytes else None
-    a, b = cupy.ascontiguousarray(a), cupy.ascontiguousarray(b)
-    _lib.call(_KINDS[kind][1], h, ctypes.addressof(_ONE), first[0],
-              a.data.ptr, first[1], b.data.ptr, conv, algo,
-              None if work is None else work.data.ptr, nbytes,
-              ctypes.addressof(_ZERO), last, out.data.ptr,
-              where='{} of x {}, W {}, y {}'.format(kind, *shapes))
+    with out.device:
+        h = _lib.handle(out.device.id, cupy.cuda.get_current_stream().ptr)
+        algo, nbytes = _algorithm(kind, h, first + (conv, last), shapes)
+        work = cupy.empty(nbytes, numpy.uint8) if nbytes else None
+        a, b = cupy.ascontiguousarray(a), cupy.ascontiguousarray(b)
+        _lib.call(_KINDS[kind][1], h, ctypes.addressof(_ONE), first[0],
+                  a.data.ptr, first[1], b.data.ptr, conv, algo,
+                  None if work is None else work.data.ptr, nbytes,
+                  ctypes.addressof(_ZERO), last, out.data.ptr,
+                  where='{} of x {}, W {}, y {}'.format(kind, *shapes))
     return out
 
 

@@ -51,15 +51,16 @@ def batch_normalization(node, inputs):
         return None
     xp = backend.get_array_module(x)
     x = xp.ascontiguousarray(x)
-    h, xd, cd = _setup(x)
-    g, b = _f32(gamma, beta)
-    y = xp.empty_like(x)
-    mean, inv_std = (xp.empty(gamma.shape, _F32) for _ in range(2))
-    _lib.call('cudnnBatchNormalizationForwardTraining', h,
-              _lib.BATCHNORM_SPATIAL, ctypes.addressof(_ONE),
-              ctypes.addressof(_ZERO), xd, x.data.ptr, xd, y.data.ptr, cd,
-              g.data.ptr, b.data.ptr, 0.0, None, None, node.eps,
-              mean.data.ptr, inv_std.data.ptr, where=str(x.shape))
+    with x.device:  # cuDNN runs on the current device
+        h, xd, cd = _setup(x)
+        g, b = _f32(gamma, beta)
+        y = xp.empty_like(x)
+        mean, inv_std = (xp.empty(gamma.shape, _F32) for _ in range(2))
+        _lib.call('cudnnBatchNormalizationForwardTraining', h,
+                  _lib.BATCHNORM_SPATIAL, ctypes.addressof(_ONE),
+                  ctypes.addressof(_ZERO), xd, x.data.ptr, xd, y.data.ptr, cd,
+                  g.data.ptr, b.data.ptr, 0.0, None, None, node.eps,
+                  mean.data.ptr, inv_std.data.ptr, where=str(x.shape))
     if len(inputs) == 4:
         y += inputs[3]
     if node.relu:
@@ -78,15 +79,16 @@ def batch_normalization_grad(node, inputs):
     node.retain_inputs((0, 1, 2))
     xp = backend.get_array_module(x)
     x, gy = xp.ascontiguousarray(x), xp.ascontiguousarray(gy)
-    h, xd, cd = _setup(x)
-    g, mean, inv_std = _f32(gamma, node.mean, node.inv_std)
-    gx = xp.empty_like(x)
-    ggamma, gbeta = (xp.empty(gamma.shape, _F32) for _ in range(2))
-    one, zero = ctypes.addressof(_ONE), ctypes.addressof(_ZERO)
-    _lib.call('cudnnBatchNormalizationBackward', h, _lib.BATCHNORM_SPATIAL,
-              one, zero, one, zero, xd, x.data.ptr, xd, gy.data.ptr, xd,
-              gx.data.ptr, cd, g.data.ptr, ggamma.data.ptr, gbeta.data.ptr,
-              node.eps, mean.data.ptr, inv_std.data.ptr, where=str(x.shape))
+    with x.device:  # cuDNN runs on the current device
+        h, xd, cd = _setup(x)
+        g, mean, inv_std = _f32(gamma, node.mean, node.inv_std)
+        gx = xp.empty_like(x)
+        ggamma, gbeta = (xp.empty(gamma.shape, _F32) for _ in range(2))
+        one, zero = ctypes.addressof(_ONE), ctypes.addressof(_ZERO)
+        _lib.call('cudnnBatchNormalizationBackward', h, _lib.BATCHNORM_SPATIAL,
+                  one, zero, one, zero, xd, x.data.ptr, xd, gy.data.ptr, xd,
+                  gx.data.ptr, cd, g.data.ptr, ggamma.data.ptr, gbeta.data.ptr,
+                  node.eps, mean.data.ptr, inv_std.data.ptr, where=str(x.shape))
     return (gx, ggamma.astype(gamma.dtype, copy=False),
             gbeta.astype(gamma.dtype, copy=False))
 
@@ -100,14 +102,15 @@ def fixed_batch_normalization(node, inputs):
     node.retain_inputs((0, 1, 3, 4))
     xp = backend.get_array_module(x)
     x = xp.ascontiguousarray(x)
-    h, xd, cd = _setup(x)
-    g, b, mean, var = _f32(*inputs[1:])
-    y = xp.empty_like(x)
-    _lib.call('cudnnBatchNormalizationForwardInference', h,
-              _lib.BATCHNORM_SPATIAL, ctypes.addressof(_ONE),
-              ctypes.addressof(_ZERO), xd, x.data.ptr, xd, y.data.ptr, cd,
-              g.data.ptr, b.data.ptr, mean.data.ptr, var.data.ptr, node.eps,
-              where=str(x.shape))
+    with x.device:  # cuDNN runs on the current device
+        h, xd, cd = _setup(x)
+        g, b, mean, var = _f32(*inputs[1:])
+        y = xp.empty_like(x)
+        _lib.call('cudnnBatchNormalizationForwardInference', h,
+                  _lib.BATCHNORM_SPATIAL, ctypes.addressof(_ONE),
+                  ctypes.addressof(_ZERO), xd, x.data.ptr, xd, y.data.ptr, cd,
+                  g.data.ptr, b.data.ptr, mean.data.ptr, var.data.ptr, node.eps,
+                  where=str(x.shape))
     return y,
 
 
