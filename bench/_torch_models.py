@@ -67,15 +67,18 @@ def torch_resnet(arch='resnet50', stem='imagenet', n_classes=1000):
     return nn.Sequential(*layers)
 
 
-def torch_step(arch, stem, batch, size, threads, device='cpu'):
+def torch_step(arch, stem, batch, size, threads, device='cpu',
+               dtype='float32'):
     """A function running one PyTorch step (forward, loss, backward, SGD);
-    returns its seconds."""
+    returns its seconds. ``dtype`` float16: the model and the data in half
+    precision throughout, as minichain's float16 step (no autocast)."""
     import torch
     torch.manual_seed(0)
     torch.set_num_threads(threads)
-    model = torch_resnet(arch, stem).to(device)
+    kind = getattr(torch, dtype)
+    model = torch_resnet(arch, stem).to(device=device, dtype=kind)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(batch, 3, size, size, device=device)
+    x = torch.randn(batch, 3, size, size, device=device, dtype=kind)
     t = torch.randint(0, 1000, (batch,), device=device)
     lossf = torch.nn.CrossEntropyLoss()
 
@@ -90,9 +93,10 @@ def torch_step(arch, stem, batch, size, threads, device='cpu'):
     return step
 
 
-def time_torch(arch, stem, batch, size, steps, warmup, threads, device='cpu'):
+def time_torch(arch, stem, batch, size, steps, warmup, threads, device='cpu',
+               dtype='float32'):
     """Median seconds per PyTorch step over ``steps`` after ``warmup``."""
-    step = torch_step(arch, stem, batch, size, threads, device)
+    step = torch_step(arch, stem, batch, size, threads, device, dtype)
     times = [step() for _ in range(warmup + steps)]
     return statistics.median(times[warmup:])
 

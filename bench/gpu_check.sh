@@ -2,59 +2,74 @@
 # GPU acceptance check: everything minichain does on a GPU, in one short run.
 #
 #   bench/gpu_check.sh [--dry-run] [--stop-on-failure] [--log FILE]
+#                      [--stages resnet,nccl,...]
 #
-# Written for a machine lent for minutes: the ResNet-50 figure (the only
-# performance figure) comes first, right after the device probe; every
-# stage runs even when an earlier one failed (--stop-on-failure to stop at
-# the first); the stage limits add up to less than the budget, kill grace
-# included (tests/bench/test_gpu_check.py checks the arithmetic); and the
-# run ends with a one-screen summary: device, CUDA, CuPy and NCCL versions,
-# minichain against PyTorch in images/s at batch 32 and 64, and every
+# Written for a machine lent for minutes (a loan of about 15, start-up
+# included): the whole run, its own set-up included, is planned in 420 s
+# (tests/bench/test_gpu_check.py checks the arithmetic), so that a failed
+# first run can be run again. The ResNet-50 figures come first, right after
+# the device probe: minichain on its CuPy kernels, minichain with cuDNN,
+# PyTorch, at batch 64 and 32, float32 then float16. Every stage runs even
+# when an earlier one failed (--stop-on-failure to stop at the first;
+# --stages to run some again); the run ends with a one-screen summary:
+# device, CUDA, CuPy, NCCL and cuDNN versions, the images/s, and every
 # stage's result and time. --dry-run prints the stage plan and exits.
 #
-# Runs from the source tree (PYTHONPATH), installs nothing, and needs only
-# python3 with numpy, cupy (with NVRTC and the CUDA headers), pytest;
-# mpi4py (+ mpiexec) and torch are used when present, and their stages are
-# skipped with the reason otherwise.
+# Runs from the source tree (PYTHONPATH) and needs python3 with numpy,
+# cupy (with NVRTC and the CUDA headers) and pytest. What a lent machine
+# may lack comes with the working tree, installed without a registry: the
+# setup stage installs mpi4py and MPICH from bench/wheels
+# (bench/gpu_wheels.sh downloads them before the loan; carry that folder)
+# when the machine's Python has no working MPI. cuDNN is too large to
+# carry: the one the device's PyTorch ships (its nvidia-cudnn wheel) is
+# found and loaded, and the environment stage says which, or that none is.
 #
 # Exit status: 0 every stage passed (skipped ones say why); 77 no CUDA GPU
 # here (nothing needing one ran: automake's "skipped"); 2 bad usage or a
-# plan over budget; 1 a stage failed (the summary says which; a stage that
-# ran out of time shows "timeout"). CI must not run this script.
+# plan over budget; 1 a stage failed, or a GPU is here but a stage could
+# not run for a missing library (MPI, NCCL, cuDNN: "MISSING" in the
+# summary). CI must not run this script.
 #
 # The log goes to --log FILE, else $OUT/gpu_check.log when $OUT is set, else
 # bench/gpu_check.log. PYTHON picks the interpreter (default python3).
 # GPU_CHECK_DRY=1 runs every stage on a machine without a GPU (resnet, warm
-# and train run small models on the CPU): a test of this script's plumbing.
+# and train run small models on the CPU): a test of this script's plumbing;
+# GPU_CHECK_DRY=gpu also takes the probe's answer as "a GPU is here", so
+# that a missing library fails the run as on a GPU machine.
+# GPU_CHECK_WHEELS names another folder of wheels.
 set -uo pipefail
 
-BUDGET=560       # seconds: the whole run, inside a 10-minute loan's command
-KILL_AFTER=5     # seconds `timeout` waits after TERM before KILL
+BUDGET=420       # seconds: the whole run, set-up included (8 min loan use)
+KILL_AFTER=3     # seconds `timeout` waits after TERM before KILL
 OVERHEAD=10      # seconds between the stages (nvidia-smi, checks, summary)
 # The plan: stage, limit in seconds, what it checks (--dry-run prints it).
 PLAN=(
-    "environment 15 versions: python, numpy, CuPy, CUDA runtime and driver, NVRTC, NCCL, mpi4py, torch"
-    "probe 30 a CUDA device answers and CuPy compiles a kernel (no GPU: exit 77; a CUDA error: fail)"
-    "resnet 140 bench/gpu_step.py: ResNet-50 224 px, batch 32 and 64, minichain next to PyTorch, TF32 off on both"
-    "warm 45 bench/gpu_warm.py: every kernel of a small step compiled once (float16/32/64) for the stages after"
-    "nccl 60 tests/dist/test_gpu.py, one rank: pure_nccl and hierarchical, float16/bfloat16 wire, overlap, teardown"
-    "nccl2 45 with 2+ GPUs: 2 ranks, bfloat16 overlapped averaging against the true mean"
-    "tests 90 pytest -m gpu: every function and kernel on the device against NumPy, float16/32/64"
-    "cupy-api 15 tests/cuda/test_cupy_api.py: every CuPy and NCCL name the code uses exists here"
-    "train 60 bench/gpu_resume.py: models/train_resnet50.py --device gpu, snapshot, exact resume"
+    "setup 15 mpi4py and MPICH from the carried wheels (bench/wheels) when MPI is missing; no registry"
+    "environment 10 versions: python, numpy, CuPy, CUDA runtime and driver, NVRTC, NCCL, cuDNN (which one), mpi4py, torch"
+    "probe 15 a CUDA device answers and CuPy compiles a kernel (no GPU: exit 77; a CUDA error: fail)"
+    "resnet 150 bench/gpu_step.py: ResNet-50 224 px, batch 64 and 32, float32 then float16: minichain CuPy, minichain cuDNN, PyTorch"
+    "warm 25 bench/gpu_warm.py: every kernel of a small step compiled once (float16/32/64) for the stages after"
+    "nccl 35 tests/dist/test_gpu.py, one rank: pure_nccl and hierarchical, float16/bfloat16 wire, overlap, teardown"
+    "nccl2 25 with 2+ GPUs: 2 ranks, bfloat16 overlapped averaging against the true mean"
+    "cudnn 20 tests/kernels/test_cudnn.py -m gpu: each cuDNN kernel against its op's body, float16/32"
+    "tests 40 pytest -m gpu: every function and kernel on the device against NumPy, float16/32/64"
+    "cupy-api 10 tests/cuda/test_cupy_api.py: every CuPy and NCCL name the code uses exists here"
+    "train 30 bench/gpu_resume.py: models/train_resnet50.py --device gpu, snapshot, exact resume"
 )
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DRY_RUN=0
 KEEP_GOING=1
 LOG=""
+STAGES=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --dry-run) DRY_RUN=1 ;;
         --keep-going) KEEP_GOING=1 ;;   # the default; kept for old callers
         --stop-on-failure) KEEP_GOING=0 ;;
         --log) LOG="${2:?--log needs a file}"; shift ;;
-        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+        --stages) STAGES=",${2:?--stages needs a list},"; shift ;;
+        -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
         *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -161,6 +176,23 @@ skip() {
     record "$1" skipped 0 "$2"
 }
 
+# A stage that cannot run for a missing library: skipped without a GPU,
+# a failure with one (the point of the loan was to run it).
+missing() {
+    if [ "$HAVE_GPU" = 1 ]; then
+        echo
+        echo "=== gpu_check: $1 MISSING (a GPU is here): $2"
+        record "$1" MISSING 0 "$2"
+        FAILED=1
+    else
+        skip "$1" "$2"
+    fi
+}
+
+wanted() {  # wanted STAGE: not left out by --stages
+    [ -z "$STAGES" ] || [[ "$STAGES" == *",$1,"* ]]
+}
+
 # The one-screen summary, from the environment stage's facts, the resnet
 # stage's GPU_STEP lines and the stage records.
 summary() {
@@ -184,15 +216,20 @@ print('CuPy     {} | NCCL {} | torch {}'.format(
     facts.get('cupy', '?'), facts.get('nccl', '?'), facts.get('torch', '?')))
 steps = [json.loads(line[9:]) for line in read('resnet.out')
          if line.startswith('GPU_STEP ')]
+print('cuDNN    {}'.format(facts.get('cudnn', '?')))
 if steps:
-    print('{} {} px, float32, TF32 {}, on {}:'.format(
+    print('{} {} px (TF32 {}) on {}, images/s:'.format(
         steps[0]['arch'], steps[0]['size'], steps[0].get('tf32', 'off'),
         steps[0]['device']))
-    print('  batch  minichain img/s  PyTorch img/s  ratio')
+    print('  dtype    batch  minichain  +cuDNN   PyTorch  best/PyTorch')
+
+    def cell(s, key):
+        return '{:.1f}'.format(s[key]) if key in s else '-'
     for s in steps:
-        print('  {:5d}  {:15.1f}  {:>13}  {:>5}'.format(
-            s['batch'], s['minichain_img_s'],
-            '{:.1f}'.format(s['torch_img_s']) if 'torch_img_s' in s else '-',
+        print('  {:7s}  {:5d}  {:>9}  {:>7}  {:>8}  {:>12}'.format(
+            s.get('dtype', 'float32'), s['batch'],
+            cell(s, 'minichain_img_s'), cell(s, 'cudnn_img_s'),
+            cell(s, 'torch_img_s'),
             '{:.2f}x'.format(s['ratio']) if 'ratio' in s else '-'))
 else:
     print('ResNet-50: no figure (see the resnet stage)')
@@ -213,6 +250,13 @@ if command -v nvidia-smi >/dev/null; then
 else
     echo "gpu_check: no nvidia-smi on PATH"
 fi
+
+# setup: MPI from the carried wheels when the machine's Python has none
+# working; its variables (bench/gpu_setup.sh writes them) hold for the
+# stages after.
+stage setup bash bench/gpu_setup.sh "$PY" "$WORK" \
+    "${GPU_CHECK_WHEELS:-$ROOT/bench/wheels}"
+[ -f "$WORK/env" ] && . "$WORK/env"
 
 stage environment "$PY" -W ignore -c '
 import sys, numpy, pytest, minichain
@@ -249,6 +293,8 @@ try:
           torch.backends.cudnn.version())
 except Exception:
     pass
+from minichain.kernels import cudnn
+fact("cudnn", cudnn.describe())
 '
 
 # probe (not a plain stage: its outcome decides what runs next): exit 3
@@ -274,13 +320,20 @@ esac
 echo "=== gpu_check: probe $PROBE ($((SECONDS - begin))s)"
 record probe "$PROBE" $((SECONDS - begin))
 DRY="${GPU_CHECK_DRY:-0}"
-STEP_ARGS=(--batch 32 64 --size 224 --steps 5 --warmup 2)
+HAVE_GPU=0
+[ "$PROBE" = passed ] && HAVE_GPU=1
+if [ "$DRY" = gpu ]; then  # the probe's answer taken as "a GPU is here"
+    DRY=1 HAVE_GPU=1
+fi
+STEP_ARGS=(--batch 64 32 --dtype float32 float16 --size 224 --steps 3
+           --warmup 1)
 RESUME_ARGS=(--device gpu --arch resnet50 --batch 16 --size 64 --per-epoch 3)
 WARM_ARGS=(--device gpu)
 if [ "$DRY" = 1 ]; then
-    echo "gpu_check: GPU_CHECK_DRY=1: the GPU stages run on the CPU, small"
-    STEP_ARGS=(--device cpu --arch resnet18 --batch 2 4 --size 32 --steps 1
-               --warmup 0)
+    echo "gpu_check: GPU_CHECK_DRY: the GPU stages run on the CPU, small" \
+         "(a GPU taken as present: $HAVE_GPU)"
+    STEP_ARGS=(--device cpu --arch resnet18 --batch 4 2 --dtype float32
+               float16 --size 32 --steps 1 --warmup 0)
     RESUME_ARGS=(--device cpu --arch resnet18 --batch 2 --size 8
                  --per-epoch 3)
     WARM_ARGS=(--device cpu)
@@ -296,44 +349,73 @@ elif [ "$PROBE" != passed ]; then
     exit 1
 fi
 
-stage resnet "$PY" bench/gpu_step.py "${STEP_ARGS[@]}"
-stage warm "$PY" bench/gpu_warm.py "${WARM_ARGS[@]}"
-
+# What each library-bound stage lacks ('' when nothing): MPI (mpi4py and a
+# launcher), NCCL (through CuPy: not asked in a dry run, which has no
+# GPU for it), cuDNN (minichain's loader: the device's PyTorch's copy).
 MPI_WHY=$("$PY" -W ignore -c '
 try:
     import mpi4py.MPI
 except Exception as e:
-    print("mpi4py is not importable ({}: {})".format(type(e).__name__, e))
+    print("mpi4py is not usable ({}: {})".format(type(e).__name__, e))
     raise SystemExit
 from minichain.dist import launcher
 print("" if launcher.find_mpiexec() else "no mpiexec: " + launcher.INSTALL_HINT)
 ' 2>&1 | tail -1)
+NCCL_WHY=""
+if [ "$DRY" != 1 ]; then
+    NCCL_WHY=$("$PY" -W ignore -c '
+from minichain import backend
+try:
+    backend.get_nccl()
+except RuntimeError as e:
+    print(e)' 2>&1 | tail -1)
+fi
+CUDNN_WHY=$("$PY" -W ignore -c '
+from minichain.kernels import cudnn
+print(cudnn.problem())' 2>&1 | tail -1)
 GPUS=$("$PY" -W ignore -c '
 from minichain import device
 print(device.visible_gpu_count())' 2>/dev/null || echo 0)
-if [ -n "$MPI_WHY" ]; then
-    skip nccl "$MPI_WHY"
-    skip nccl2 "$MPI_WHY"
-else
-    stage nccl "${PYTEST[@]}" -q -s -rs tests/dist/test_gpu.py \
-        -k 'not bfloat16_overlap_equals_the_true_mean'
-    if [ "${GPUS:-0}" -ge 2 ]; then
-        stage nccl2 "${PYTEST[@]}" -q -s -rs tests/dist/test_gpu.py \
-            -k 'bfloat16_overlap_equals_the_true_mean'
+
+wanted resnet && stage resnet "$PY" bench/gpu_step.py "${STEP_ARGS[@]}"
+wanted warm && stage warm "$PY" bench/gpu_warm.py "${WARM_ARGS[@]}"
+
+if wanted nccl || wanted nccl2; then
+    why="${MPI_WHY:-$NCCL_WHY}"
+    if [ -n "$why" ]; then
+        wanted nccl && missing nccl "$why"
+        wanted nccl2 && missing nccl2 "$why"
     else
-        skip nccl2 "needs 2 GPUs, ${GPUS:-0} visible"
+        wanted nccl && stage nccl "${PYTEST[@]}" -q -s -rs \
+            tests/dist/test_gpu.py -k 'not bfloat16_overlap_equals_the_true_mean'
+        if ! wanted nccl2; then :
+        elif [ "${GPUS:-0}" -ge 2 ]; then
+            stage nccl2 "${PYTEST[@]}" -q -s -rs tests/dist/test_gpu.py \
+                -k 'bfloat16_overlap_equals_the_true_mean'
+        else
+            skip nccl2 "needs 2 GPUs, ${GPUS:-0} visible"
+        fi
     fi
 fi
 
-# tests/dist/test_gpu.py ran in the nccl stages
-stage tests "${PYTEST[@]}" -m gpu -q -rs tests --ignore tests/dist/test_gpu.py
-if "$PY" -W ignore -c 'import cupy' 2>/dev/null; then
+if ! wanted cudnn; then :
+elif [ -n "$CUDNN_WHY" ]; then
+    missing cudnn "$CUDNN_WHY"
+else
+    stage cudnn "${PYTEST[@]}" -m gpu -q -rs tests/kernels/test_cudnn.py
+fi
+# tests/dist/test_gpu.py and test_cudnn.py ran in their own stages
+wanted tests && stage tests "${PYTEST[@]}" -m gpu -q -rs tests \
+    --ignore tests/dist/test_gpu.py --ignore tests/kernels/test_cudnn.py
+if ! wanted cupy-api; then :
+elif "$PY" -W ignore -c 'import cupy' 2>/dev/null; then
     stage cupy-api "${PYTEST[@]}" -q tests/cuda/test_cupy_api.py
 else
     skip cupy-api 'CuPy is not importable'
 fi
-if [[ "$MPI_WHY" == mpi4py* ]]; then  # one process, but MPI all the same
-    skip train "models/train_resnet50.py needs it: $MPI_WHY"
+if ! wanted train; then :
+elif [[ "$MPI_WHY" == mpi4py* ]]; then  # one process, but MPI all the same
+    missing train "models/train_resnet50.py needs it: $MPI_WHY"
 else
     stage train "$PY" bench/gpu_resume.py "${RESUME_ARGS[@]}"
 fi

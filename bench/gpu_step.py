@@ -1,10 +1,16 @@
 """Time one ResNet training step on one GPU: minichain (CuPy) next to PyTorch.
 
 A step is forward + softmax cross-entropy + backward + MomentumSGD update
-in float32 at 224x224 (ImageNet stem), batch 64 by default (``--batch 32
-64`` runs each in turn). Each step is followed by a device
-synchronisation, outside the framework, so that the clock sees the GPU's
-work. PyTorch runs with cudnn.benchmark on. TF32 is off on both sides
+at 224x224 (ImageNet stem), batch 64 by default (``--batch 64 32`` runs
+each in turn), in float32 and, with ``--dtype float32 float16``, in
+float16 too (the whole model and its data in half precision, on both
+sides: no autocast, no master weights). minichain runs twice
+(``--kernels cupy cudnn``): on its CuPy kernels (``config.use_cudnn``
+'never') and with cuDNN behind the kernel seam ('always'), when cuDNN can
+be used (else the line says why and the JSON holds ``cudnn_missing``).
+Each step is followed by a device synchronisation, outside the framework,
+so that the clock sees the GPU's work. PyTorch runs with cudnn.benchmark
+on. TF32 is off on both sides
 (``minichain.backend.set_tf32(False)``; PyTorch's matmul and cuDNN
 ``allow_tf32`` False), so both compute in float32; ``--tf32`` turns it on
 on both sides, and every result line says which. Prints seconds per
@@ -15,7 +21,7 @@ allocated and peak reserved), and the ratio minichain / PyTorch; one line
 
     python bench/gpu_step.py [--batch 64 [32 ...]] [--size 224] [--steps 5]
         [--warmup 2] [--arch resnet50] [--device gpu|cpu] [--no-torch]
-        [--tf32]
+        [--tf32] [--dtype float32 [float16]] [--kernels cupy [cudnn]]
 
 ``--device cpu`` runs the same code on NumPy and PyTorch's CPU build: a
 dry run of this script on a machine without a GPU.
@@ -33,16 +39,35 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [ROOT, HERE]
 
+import minichain  # noqa: E402
 from minichain import backend, host, optimizers  # noqa: E402
 from models.resnet import ResNet, loss_and_accuracy  # noqa: E402
 
 
-def time_minichain(args, batch):
-    """(median s/step, peak MiB held by CuPy's pool, 0 on the CPU)."""
+def _to_dtype(model, dtype):
+    """Every parameter and persistent array of ``model`` in ``dtype``."""
+    for p in model.params():
+        p.array = p.array.astype(dtype)
+    for link in model.links():
+        for name in link._persistent:
+            value = getattr(link, name)
+            if backend.is_array(value):
+                setattr(link, name, value.astype(dtype))
+
+
+def time_minichain(args, batch, dtype, kernels):
+    """(median s/step, peak MiB held by CuPy's pool, 0 on the CPU), on the
+    CuPy kernels (``kernels`` 'cupy') or with cuDNN ('cudnn')."""
+    with minichain.using_config('use_cudnn', 'always' if kernels == 'cudnn'
+                                else 'never'):
+        return _time_minichain(args, batch, dtype)
+
+
+def _time_minichain(args, batch, dtype):
     model = ResNet(args.arch, 1000, args.stem)
+    _to_dtype(model, dtype)
     rng = numpy.random.default_rng(0)
-    x = rng.standard_normal((batch, 3, args.size, args.size),
-                            dtype=numpy.float32)
+    x = rng.standard_normal((batch, 3, args.size, args.size)).astype(dtype)
     t = rng.integers(0, 1000, batch).astype(numpy.int32)
     sync = lambda: None  # noqa: E731
     pool = None
@@ -68,7 +93,7 @@ def time_minichain(args, batch):
     return statistics.median(times[args.warmup:]), held
 
 
-def time_pytorch(args, batch):
+def time_pytorch(args, batch, dtype):
     """(median s/step, peak MiB allocated, peak MiB reserved; 0 on the
     CPU)."""
     import torch
@@ -83,7 +108,8 @@ def time_pytorch(args, batch):
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     step = time_torch(args.arch, args.stem, batch, args.size,
-                      args.steps, args.warmup, os.cpu_count() or 1, device)
+                      args.steps, args.warmup, os.cpu_count() or 1, device,
+                      dtype)
     if args.device != 'gpu':
         return step, 0.0, 0.0
     return (step, torch.cuda.max_memory_allocated() / 2 ** 20,
@@ -111,33 +137,53 @@ def device_name(args):
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
-def run(args, batch):
+def cudnn_missing(args):
+    """Why minichain's cuDNN kernels cannot run here, or ''."""
+    from minichain.kernels import cudnn
+    return cudnn.problem()
+
+
+def run(args, batch, dtype):
     tf32 = 'on' if args.tf32 else 'off'
-    where = '{} {} px, batch {}, float32 (TF32 {}) on {}'.format(
-        args.arch, args.size, batch, tf32, device_name(args))
-    result = {'device': device_name(args), 'batch': batch,
-              'size': args.size, 'arch': args.arch, 'tf32': tf32}
-    step, held = time_minichain(args, batch)
-    result.update(minichain_s=step, minichain_img_s=batch / step,
-                  minichain_peak_mib=held)
-    print('minichain  {}: {:.4f} s/step, {:.1f} img/s{}'.format(
-        where, step, batch / step, ', peak {:.0f} MiB held by the CuPy '
-        'pool'.format(held) if args.device == 'gpu' else ''), flush=True)
+    name = device_name(args)
+    where = '{} {} px, batch {}, {}{} on {}'.format(
+        args.arch, args.size, batch, dtype, ' (TF32 {})'.format(tf32)
+        if dtype == 'float32' else '', name)
+    result = {'device': name, 'batch': batch, 'size': args.size,
+              'arch': args.arch, 'tf32': tf32, 'dtype': dtype}
+    best = None
+    for kernels in args.kernels:
+        why = cudnn_missing(args) if kernels == 'cudnn' else ''
+        if why:
+            result['cudnn_missing'] = why
+            print('minichain  cuDNN: not run ({})'.format(why), flush=True)
+            continue
+        step, held = time_minichain(args, batch, dtype, kernels)
+        key = 'minichain' if kernels == 'cupy' else 'cudnn'
+        result.update({key + '_s': step, key + '_img_s': batch / step,
+                       key + '_peak_mib': held})
+        best = step if best is None else min(best, step)
+        print('minichain  {:5s} {}: {:.4f} s/step, {:.1f} img/s{}'.format(
+            kernels, where, step, batch / step, ', peak {:.0f} MiB held by '
+            'the CuPy pool'.format(held) if args.device == 'gpu' else ''),
+            flush=True)
     why = torch_missing(args)
     if why:
         print('PyTorch: not compared ({})'.format(why))
     else:
-        tstep, alloc, reserved = time_pytorch(args, batch)
+        tstep, alloc, reserved = time_pytorch(args, batch, dtype)
         result.update(torch_s=tstep, torch_img_s=batch / tstep,
                       torch_peak_alloc_mib=alloc,
-                      torch_peak_reserved_mib=reserved, ratio=tstep / step)
-        print('PyTorch    {}: {:.4f} s/step, {:.1f} img/s{}'.format(
+                      torch_peak_reserved_mib=reserved)
+        print('PyTorch          {}: {:.4f} s/step, {:.1f} img/s{}'.format(
             where, tstep, batch / tstep,
             ', peak {:.0f} MiB allocated, {:.0f} MiB reserved (cudnn.'
             'benchmark)'.format(alloc, reserved)
             if args.device == 'gpu' else ''))
-        print('ratio minichain / PyTorch (images per second): {:.2f}x'
-              .format(tstep / step))
+        if best is not None:
+            result['ratio'] = tstep / best
+            print('ratio minichain (best) / PyTorch (images per second): '
+                  '{:.2f}x'.format(tstep / best))
     print('GPU_STEP ' + json.dumps(result), flush=True)
 
 
@@ -153,12 +199,17 @@ def main():
     p.add_argument('--no-torch', action='store_true')
     p.add_argument('--tf32', action='store_true',
                    help='float32 products on TF32 tensor cores, both sides')
+    p.add_argument('--dtype', nargs='+', default=['float32'],
+                   choices=('float32', 'float16'))
+    p.add_argument('--kernels', nargs='+', default=['cupy', 'cudnn'],
+                   choices=('cupy', 'cudnn'))
     args = p.parse_args()
     if args.device == 'gpu':
         backend.check_cuda_available()
         backend.set_tf32(args.tf32)
-    for batch in args.batch:
-        run(args, batch)
+    for dtype in args.dtype:
+        for batch in args.batch:
+            run(args, batch, dtype)
 
 
 if __name__ == '__main__':

@@ -13,9 +13,10 @@ import os
 # CUDA major version -> the wheels that hold what CuPy loads at run time.
 PACKAGES = {
     12: {'nvrtc': 'nvidia-cuda-nvrtc-cu12', 'headers':
-         'nvidia-cuda-runtime-cu12', 'nccl': 'nvidia-nccl-cu12'},
+         'nvidia-cuda-runtime-cu12', 'nccl': 'nvidia-nccl-cu12',
+         'cublas': 'nvidia-cublas-cu12'},
     13: {'nvrtc': 'nvidia-cuda-nvrtc', 'headers': 'nvidia-cuda-runtime',
-         'nccl': 'nvidia-nccl-cu13'},
+         'nccl': 'nvidia-nccl-cu13', 'cublas': 'nvidia-cublas'},
 }
 
 
@@ -39,8 +40,8 @@ def cuda_major(cupy):
 
 
 def package(what, major):
-    """The wheel that provides ``what`` (``'nvrtc'``, ``'headers'`` or
-    ``'nccl'``) for CUDA ``major``, as text for a message."""
+    """The wheel that provides ``what`` (``'nvrtc'``, ``'headers'``,
+    ``'nccl'`` or ``'cublas'``) for CUDA ``major``, as text for a message."""
     if major in PACKAGES:
         return PACKAGES[major][what]
     return '{} (the one matching your CuPy\'s CUDA version)'.format(
@@ -55,6 +56,18 @@ def nccl_missing(cupy, error, major=None):
            else 'CuPy found no NCCL library (libnccl.so.2)')
     return ('{}; install it: pip install {}, or use the flat communicator'
             .format(why, package('nccl', major)))
+
+
+def cublas_missing(cupy, error):
+    """Why CuPy cannot load cuBLAS (``error``: the ImportError of its cuBLAS
+    module, whose pathfinder report runs over many lines), in one line
+    naming the wheel."""
+    major = cuda_major(cupy)
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return ('CuPy cannot load cuBLAS ({}); install it: pip install {} (the '
+            'GPU extra brings it: in a minichain checkout pip install -e '
+            '".[cuda{}]")'.format(first, package('cublas', major),
+                                  major or 12))
 
 
 SYSTEM_CUDA = '/usr/local/cuda'   # where CuPy looks last

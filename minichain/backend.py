@@ -71,7 +71,8 @@ _devices = (None, None)    # (cupy module, (count, why, absent))
 
 
 def gpu_available():
-    """True only when CuPy imports AND a CUDA device answers; never raises.
+    """True only when CuPy imports, a CUDA device answers and CuPy loads
+    cuBLAS (the matrix products); never raises.
 
     Where no device answers, :func:`gpu_problem` says why.
     """
@@ -82,7 +83,8 @@ def gpu_problem():
     """``(absent, why)``: ``(False, '')`` when a CUDA device answers;
     ``(True, why)`` when there is none (no CuPy, no driver, no device
     visible); ``(False, why)`` when CUDA itself failed, e.g. a driver older
-    than CuPy's CUDA runtime: a GPU machine that needs fixing."""
+    than CuPy's CUDA runtime, or cuBLAS is missing: a GPU machine that
+    needs fixing."""
     if _cupy() is None:
         return True, 'CuPy is not installed or failed to import ({})'.format(
             _cupy_import_error)
@@ -120,7 +122,19 @@ def _ask_device_count(cp):
         return 0, why, False
     if count == 0:
         return 0, _no_device(), True
-    return count, '', False
+    why = _cublas_problem(cp)  # a GPU machine to fix
+    return (0, why, False) if why else (count, '', False)
+
+
+def _cublas_problem(cp):
+    """'' when CuPy's cuBLAS module loads, else why. CuPy loads libcublas
+    (and libcublasLt, which it needs) at the first matrix product only: a
+    node without them saw its device, then failed deep inside a matmul."""
+    try:
+        from cupy_backends.cuda.libs import cublas  # noqa: F401 (loads it)
+    except ImportError as e:
+        return _cuda_wheels.cublas_missing(cp, e)
+    return ''
 
 
 def _no_device():
@@ -285,8 +299,13 @@ def set_tf32(enabled):
         else cp._core._routines_linalg.COMPUTE_TYPE_DEFAULT)
     from cupy_backends.cuda.libs import cublas  # cupy.cuda.cublas, loaded
     cublas.setMathMode(cp.cuda.device.get_cublas_handle(),
-                       cublas.CUBLAS_TF32_TENSOR_OP_MATH if enabled
+                       CUBLAS_TF32_TENSOR_OP_MATH if enabled
                        else cublas.CUBLAS_DEFAULT_MATH)
+
+
+# cublasMath_t's value from cublas_api.h: CuPy (14.2) binds only
+# CUBLAS_DEFAULT_MATH and CUBLAS_TENSOR_OP_MATH, not this one.
+CUBLAS_TF32_TENSOR_OP_MATH = 3
 
 
 def tf32_enabled():

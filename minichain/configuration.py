@@ -21,6 +21,8 @@ _DEFAULTS = {
     # oneDNN's CPU kernels (minichain/kernels/onednn): 'auto' (when the
     # library loads), 'always' (an error when it cannot), 'never'.
     'use_onednn': os.environ.get('MINICHAIN_ONEDNN', 'auto'),
+    # cuDNN's GPU kernels (minichain/kernels/cudnn): the same three modes.
+    'use_cudnn': os.environ.get('MINICHAIN_CUDNN', 'auto'),
 }
 
 

@@ -154,6 +154,51 @@ def test_nccl_message_names_the_wheel():
         None, None, 99)
 
 
+def _cupy_libs(monkeypatch, cublas):
+    """CuPy's ``cupy_backends.cuda.libs`` with ``cublas`` as its cuBLAS
+    module, or raising ``cublas`` (an ImportError) as CuPy's lazy loader
+    does when libcublas or libcublasLt is missing."""
+    libs = types.ModuleType('cupy_backends.cuda.libs')
+
+    def load(name):
+        if name != 'cublas':
+            raise AttributeError(name)
+        if isinstance(cublas, Exception):
+            raise cublas
+        return cublas
+    libs.__getattr__ = load
+    modules = __import__('sys').modules
+    for name in ('cupy_backends', 'cupy_backends.cuda'):
+        monkeypatch.setitem(modules, name, types.ModuleType(name))
+    monkeypatch.setitem(modules, 'cupy_backends.cuda.libs', libs)
+
+
+# The first line of CuPy 14.2's error without libcublasLt (cuda.pathfinder
+# lists the folders it read on the lines after it).
+NO_CUBLASLT = ('Failure finding "libcublasLt.so.13 or libcublasLt.so.12": '
+               'No such file: libcublasLt.so.13 or libcublasLt.so.12')
+
+
+def test_a_device_without_cublas_is_no_usable_gpu_and_says_why(monkeypatch):
+    """CuPy loads cuBLAS at the first matrix product: without libcublasLt
+    gpu_available() was True and the first matmul raised a pathfinder
+    report from deep inside CuPy."""
+    from minichain import _cuda_wheels
+    monkeypatch.setattr(backend, 'cupy', _cupy_14_with(None))
+    monkeypatch.setattr(_cuda_wheels, 'cuda_major', lambda cupy: 13)
+    _cupy_libs(monkeypatch, ImportError(NO_CUBLASLT + '\n  listdir("/x"):'))
+    assert backend.gpu_available() is False
+    absent, why = backend.gpu_problem()
+    assert absent is False  # a GPU machine that needs fixing, not "no GPU"
+    assert '\n' not in why and NO_CUBLASLT in why, why
+    assert 'pip install nvidia-cublas ' in why and '".[cuda13]"' in why
+    with pytest.raises(RuntimeError, match='CuPy cannot load cuBLAS'):
+        backend.check_cuda_available()
+    _cupy_libs(monkeypatch, types.SimpleNamespace())
+    monkeypatch.setattr(backend, 'cupy', _cupy_14_with(None))  # asked again
+    assert backend.gpu_available() is True
+
+
 def _cupy_14_with(nvrtc_error):
     def get_version():
         if nvrtc_error:
@@ -180,6 +225,7 @@ def test_cupy_14_without_its_toolkit_wheels_says_which(
     missing wheel."""
     from minichain import _cuda_wheels
     monkeypatch.setattr(backend, 'cupy', _cupy_14_with(nvrtc_error))
+    _cupy_libs(monkeypatch, types.SimpleNamespace())
     monkeypatch.setattr(backend, '_toolkit_checked', None)
     monkeypatch.setattr(_cuda_wheels, 'cuda_headers',
                         lambda cupy=None: headers)
@@ -193,6 +239,7 @@ def test_cupy_14_without_its_toolkit_wheels_says_which(
 def test_cupy_14_with_its_toolkit_wheels_passes(monkeypatch):
     from minichain import _cuda_wheels
     monkeypatch.setattr(backend, 'cupy', _cupy_14_with(None))
+    _cupy_libs(monkeypatch, types.SimpleNamespace())
     monkeypatch.setattr(backend, '_toolkit_checked', None)
     monkeypatch.setattr(_cuda_wheels, 'cuda_headers',
                         lambda cupy=None: '/inc')
@@ -243,6 +290,11 @@ def test_cuda_headers_of_the_runtime_wheel_come_first(monkeypatch, tmp_path):
     assert _cuda_wheels.cuda_headers(None) == wheel
 
 
+# The names of CuPy's cuBLAS module the fake below has: only real ones
+# (tests/cuda/test_cupy_api.py checks them against the installed CuPy).
+FAKE_CUBLAS_NAMES = ('CUBLAS_DEFAULT_MATH', 'setMathMode')
+
+
 def test_tf32_switch_sets_cupys_float32_compute_type(monkeypatch):
     calls = []
     core = types.SimpleNamespace(
@@ -250,9 +302,8 @@ def test_tf32_switch_sets_cupys_float32_compute_type(monkeypatch):
         set_compute_type=lambda dtype, kind: calls.append((dtype, kind)),
         get_compute_type=lambda dtype: calls[-1][1] if calls else 1)
     modes = []
-    cublas = types.SimpleNamespace(
-        CUBLAS_DEFAULT_MATH=0, CUBLAS_TF32_TENSOR_OP_MATH=3,
-        setMathMode=lambda handle, mode: modes.append((handle, mode)))
+    cublas = types.SimpleNamespace(**dict(zip(FAKE_CUBLAS_NAMES, (
+        0, lambda handle, mode: modes.append((handle, mode))))))
     fake = _cupy_14_with(None)
     fake._core = types.SimpleNamespace(
         _routines_linalg=core, set_compute_type=core.set_compute_type,
@@ -260,12 +311,8 @@ def test_tf32_switch_sets_cupys_float32_compute_type(monkeypatch):
     fake.cuda.device = types.SimpleNamespace(get_cublas_handle=lambda: 42)
     monkeypatch.setattr(backend, 'cupy', fake)
     monkeypatch.setattr(backend, '_toolkit_checked', '')
-    modules = __import__('sys').modules
-    monkeypatch.setitem(modules, 'cupy', fake)
-    for name in ('cupy_backends', 'cupy_backends.cuda'):
-        monkeypatch.setitem(modules, name, types.ModuleType(name))
-    monkeypatch.setitem(modules, 'cupy_backends.cuda.libs',
-                        types.SimpleNamespace(cublas=cublas))
+    monkeypatch.setitem(__import__('sys').modules, 'cupy', fake)
+    _cupy_libs(monkeypatch, cublas)
     assert backend.tf32_enabled() is False  # CuPy's default: full float32
     backend.set_tf32(True)
     assert calls == [(numpy.float32, 7)] and backend.tf32_enabled()

@@ -48,7 +48,10 @@ class PureNcclCommunicator(CommunicatorBase):
         super().__init__(mpi_comm, allreduce_grad_dtype)
         self.nccl_comm = None
         self.nccl_device = None
-        self.in_flight = None  # event after the last averaging's NCCL work
+        # The event after the last NCCL work launched without a host wait;
+        # whatever launches NCCL work waits for it first (wait_in_flight),
+        # so that no work goes unwatched by the watchdog.
+        self.in_flight = None
         self.host = None       # the flat communicator for NumPy gradients
 
     def init_nccl(self, device_id):
@@ -180,17 +183,14 @@ class PureNcclCommunicator(CommunicatorBase):
                 or x.dtype not in (numpy.float32, numpy.float64)):
             return super().allreduce(x, op)
         self.check_allreduce(x, op)
-        device = backend.get_device_id(x)
-        self.init_nccl(device)
-        cupy = backend.get_cupy()
-        nccl = nccl_module()
-        with cupy.cuda.Device(device):
+        cupy, nccl, _ = self._nccl_for(x)  # the previous NCCL work waited
+        with cupy.cuda.Device(backend.get_device_id(x)):
+            stream = cupy.cuda.get_current_stream()
             buf = cupy.array(x, copy=True, order='C')
-            self.sum_on_device(nccl, buf, nccl_dtype(nccl, buf.dtype),
-                               cupy.cuda.get_current_stream())
+            self.sum_on_device(nccl, buf, nccl_dtype(nccl, buf.dtype), stream)
             if op == 'mean':
                 buf *= 1.0 / self.size
-            self.in_flight = cupy.cuda.get_current_stream().record()
+            self.in_flight = stream.record()
         return buf
 
     # -- the two halves of the allreduce on the GPU (shard_state) -------------

@@ -10,8 +10,12 @@ NCCL communicator's methods, with the number of arguments each call
 passes) and the ``NCCL_*`` constants named in strings.
 """
 import ast
+import functools
 import os
 import re
+import subprocess
+import sys
+import tempfile
 
 import pytest
 
@@ -24,7 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
 FOLDERS = ('minichain', 'models', 'bench')
 _GETTERS = {'get_cupy': 'cupy', 'get_array_module': 'cupy',
             'get_nccl': 'nccl', 'nccl_module': 'nccl'}
-_CONVENTIONS = {'cupy': 'cupy', 'cp': 'cupy', 'nccl': 'nccl'}
+_CONVENTIONS = {'cupy': 'cupy', 'cp': 'cupy', 'nccl': 'nccl',
+                'cublas': 'cublas'}
 
 
 def _nccl():
@@ -33,6 +38,40 @@ def _nccl():
         pytest.fail('cupy.cuda.nccl is not available: install the NCCL '
                     'wheel (nvidia-nccl-cu12 / -cu13) in this environment')
     return nccl
+
+
+@functools.lru_cache(maxsize=None)
+def cublas_names():
+    """The names of CuPy's cuBLAS module (``cupy_backends.cuda.libs.
+    cublas``). Importing it loads libcublas, which the cuda-check venv
+    lacks (a 440 MB wheel): then it is imported in a child process against
+    an empty stand-in library of the same soname, bound lazily (no cuBLAS
+    function is called at import), for the module's own ``dir()``."""
+    try:
+        from cupy_backends.cuda.libs import cublas
+        return frozenset(dir(cublas))
+    except ImportError:
+        pass
+    from minichain import _cuda_wheels
+    soname = 'libcublas.so.{}'.format(_cuda_wheels.cuda_major(cupy))
+    with tempfile.TemporaryDirectory() as tmp:
+        stub = os.path.join(tmp, soname)
+        with open(stub + '.c', 'w') as f:
+            f.write('int minichain_stub;\n')
+        try:
+            subprocess.run(['cc', '-shared', '-fPIC', '-Wl,-soname,' + soname,
+                            '-o', stub, stub + '.c'], check=True)
+        except (OSError, subprocess.CalledProcessError) as e:
+            pytest.skip('no libcublas and no C compiler for a stand-in: '
+                        '{}'.format(e))
+        out = subprocess.run([sys.executable, '-c', (
+            'import ctypes, importlib, os, sys\n'
+            'ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)\n'
+            'sys.setdlopenflags(os.RTLD_LAZY)\n'
+            'm = importlib.import_module("cupy_backends.cuda.libs.cublas")\n'
+            'print(" ".join(dir(m)))'), stub],
+            capture_output=True, text=True, check=True).stdout
+    return frozenset(out.split())
 
 
 def _sources():
@@ -159,7 +198,8 @@ def _roots():
     nccl = _nccl()
     return {'cupy': cupy, 'nccl': nccl, 'runtime': cupy.cuda.runtime,
             'communicator': nccl.NcclCommunicator,
-            'stream': cupy.cuda.Stream.null}
+            'stream': cupy.cuda.Stream.null,
+            'cublas': type('cublas', (), dict.fromkeys(cublas_names()))}
 
 
 def _resolve(obj, attrs):
@@ -209,8 +249,8 @@ def problems(found):
 def test_every_cupy_name_used_exists():
     found = uses(_sources())
     kinds = {k for _, k, _, _ in found}
-    assert {'cupy', 'nccl', 'runtime', 'communicator', 'stream'} <= kinds, \
-        kinds  # the scan sees every kind of use
+    assert {'cupy', 'nccl', 'runtime', 'communicator', 'stream',
+            'cublas'} <= kinds, kinds  # the scan sees every kind of use
     assert not problems(found), '\n'.join(problems(found))
 
 
@@ -218,6 +258,16 @@ def test_every_cupy_name_used_exists():
 # objects the scan above cannot type): wire.data.ptr, x.device.id, ...
 _ARRAY_ATTRIBUTES = ('data', 'device', 'get', 'set', 'view', 'astype',
                      'reshape', 'ravel', 'nbytes', 'itemsize', 'dtype')
+
+
+def test_the_fakes_of_the_unit_tests_have_only_real_names():
+    """tests/test_backend.py fakes CuPy's cuBLAS module (no GPU there):
+    with a name CuPy lacks, set_tf32 passed its test and crashed on the
+    first device (CUBLAS_TF32_TENSOR_OP_MATH, which CuPy 14.2 lacks)."""
+    from tests.test_backend import FAKE_CUBLAS_NAMES
+    assert set(FAKE_CUBLAS_NAMES) <= cublas_names(), \
+        set(FAKE_CUBLAS_NAMES) - cublas_names()
+    assert 'CUBLAS_TF32_TENSOR_OP_MATH' not in cublas_names()  # the reason
 
 
 def test_array_attributes_exist():
@@ -237,9 +287,11 @@ def f(self, x):
     xp = backend.get_array_module(x)
     xp.zeroes(3)
     self._nccl_comm.allReduce(1, 2, 3)
+    from cupy_backends.cuda.libs import cublas
+    cublas.setMathMode(0, cublas.CUBLAS_TF32_TENSOR_OP_MATH)
     return 'NCCL_FLOAT12'
 """
     found = problems(uses([('planted.py', text)]))
-    assert len(found) == 5, found
+    assert len(found) == 6, found
     assert any('allReduce takes 6-6 arguments, the call passes 3' in f
                for f in found), found

@@ -11,6 +11,7 @@ import numpy
 import pytest
 
 import minichain
+from minichain import backend
 from minichain import functions as F
 from minichain import links as L
 from minichain.dist.averaging.accumulate import Accumulate
@@ -47,17 +48,24 @@ class Recording(Averaging):
 
 
 class OneRank:
-    """What the optimizer asks of a communicator here: the broadcast."""
+    """What the optimizer and the NaN check ask of a communicator here: the
+    broadcast, the culprits, the watched wait (logged in ``waits``, with
+    the log's length then)."""
     size = 1
 
     def __init__(self, log):
-        self.log = log
+        self.log, self.waits = log, []
 
     def bcast_data(self, model):
         self.log.append('bcast')
 
     def allgather_obj(self, obj):
         return [obj]
+
+    def wait_until(self, done, what, on_stall=None):
+        self.waits.append((what, len(self.log)))
+        while not done():
+            pass
 
 
 def _model():
@@ -67,10 +75,10 @@ def _model():
     return model
 
 
-def _optimizer(log, averaging):
+def _optimizer(log, averaging, actual=None):
     model = _model()
-    opt = MultiNodeOptimizer(minichain.optimizers.SGD(lr=0.1), OneRank(log),
-                             averaging).setup(model)
+    opt = MultiNodeOptimizer(actual or minichain.optimizers.SGD(lr=0.1),
+                             OneRank(log), averaging).setup(model)
     x = numpy.ones((2, 3))
 
     def loss():
@@ -178,6 +186,78 @@ def test_check_finite_raises_before_the_step_naming_the_parameters():
     assert e.value.update == 1 and e.value.ranks == [0]
     assert e.value.params == {0: ['/0/W']} and 'stepped' not in log
     assert opt.t == 0
+
+
+def _deferred(log, gpu=False):
+    """A MomentumSGD (state: v) under a NaN check read back after the
+    step, as on the GPU (without ``gpu``, on NumPy arrays); the step logs
+    'step'."""
+    opt = None
+    check = CheckFinite(Recording(log), OneRank(log), lambda: opt.t,
+                        defer=None if gpu else True)
+    model, opt, loss = _optimizer(log, check, minichain.optimizers.MomentumSGD(
+        lr=0.1))
+    if gpu:
+        model.to_gpu(0)
+        x = backend.to_gpu(loss.x)
+
+        def loss():
+            return F.sum(model(x))
+        loss.x = x
+    opt.add_hook(lambda o: log.append('step'), name='log', timing='post')
+    opt.update(loss)  # the broadcast
+    del log[:]
+    return model, opt, loss, check.comm.waits
+
+
+def _state(model):
+    return [(backend.to_cpu(p.array), p.update_rule.t,
+             None if p.update_rule.state is None
+             else backend.to_cpu(p.update_rule.state['v']))
+            for p in model.params()]
+
+
+def test_on_the_gpu_the_flag_is_read_once_after_the_step_under_the_watchdog():
+    """The check read the flag on the host right after the allreduce:
+    outside the watchdog (a rank that never joined hung the others) and a
+    wait for the whole queue before every step."""
+    log = []
+    model, opt, loss, waits = _deferred(log)
+    for step in (1, 2):
+        opt.update(loss)
+        assert log == ['average', 'step', 'stepped', 'prepare True']
+        # one watched wait per step, after the step was launched
+        assert waits == [('the NaN check of the averaged gradients', 2)]
+        del log[:], waits[:]
+    assert opt.t == 2
+
+
+@pytest.mark.parametrize('steps_before,gpu', [
+    (0, False), (2, False),
+    pytest.param(2, True, marks=[pytest.mark.gpu, pytest.mark.skipif(
+        not backend.gpu_available(), reason='no CUDA GPU')])])
+def test_on_the_gpu_a_step_on_inf_or_nan_is_undone(steps_before, gpu):
+    """Read back after the step, the flag must undo it: the parameters,
+    the momentum, the step counts (and no state where there was none)."""
+    log = []
+    model, opt, loss, waits = _deferred(log, gpu)
+    for _ in range(steps_before):
+        opt.update(loss)
+    before, t = _state(model), opt.t
+    del log[:]
+    loss.x[1, 2] = numpy.inf
+    with pytest.raises(NonFiniteGradientError) as e:
+        opt.update(loss)
+    assert e.value.update == t + 1 and e.value.params == {0: ['/0/W']}
+    assert 'step' in log and 'stepped' not in log and opt.t == t
+    assert waits[-1] == ('the NaN check of the averaged gradients', 2)
+    for (a, rule_t, v), (a2, rule_t2, v2) in zip(before, _state(model)):
+        assert (a == a2).all() and rule_t == rule_t2
+        assert (v is v2 is None) or (v == v2).all()
+    loss.x[1, 2] = 1.0  # a loop that goes on steps as if it never happened
+    opt.update(loss)
+    assert opt.t == t + 1 and all(p.update_rule.t == t + 1
+                                  for p in model.params())
 
 
 def test_after_an_error_the_next_pass_starts_a_step_and_is_prepared():

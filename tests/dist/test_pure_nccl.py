@@ -1,5 +1,8 @@
 """pure_nccl pieces that need neither MPI nor a GPU: the bfloat16 wire."""
+import types
+
 import numpy
+import pytest
 
 from minichain.dist.pure_nccl import from_bfloat16_bits, to_bfloat16_bits
 
@@ -46,3 +49,64 @@ def test_bfloat16_finite_values_round_to_nearest_even():
     assert (numpy.isnan(back) == numpy.isnan(x)).all()
     big = finite & (numpy.abs(x) < 1e38) & (numpy.abs(x) > 1e-30)
     assert (numpy.abs(back[big] - x[big]) <= numpy.abs(x[big]) * 2 ** -8).all()
+
+
+class _Event:
+    def __init__(self, log, name):
+        self.log, self.name, self.done = log, name, True
+
+
+class _Stream:
+    """A CUDA stream's calls that pure_nccl makes (the names of CuPy's
+    Stream: record, ptr)."""
+    ptr = 0
+
+    def __init__(self, log):
+        self.log = log
+
+    def record(self):
+        self.log.append('record')
+        return _Event(self.log, 'event {}'.format(self.log.count('record')))
+
+
+class _DeviceArray(numpy.ndarray):
+    """A NumPy array with a CuPy array's ``data.ptr``."""
+    data = property(lambda self: types.SimpleNamespace(ptr=0))
+
+
+@pytest.mark.mpi(ranks=[2])
+def test_an_allreduce_waits_for_the_nccl_work_in_flight(monkeypatch):
+    """``allreduce`` of a CuPy array recorded its event over the one of the
+    averaging before it without waiting for that: NCCL work that a rank
+    never joined then went unwatched, and the host hung at its next
+    synchronization, outside the watchdog. CuPy and NCCL are stand-ins
+    with CuPy's names (no GPU here); MPI is real (the allreduce's header)."""
+    import contextlib
+    from minichain import backend, dist
+    from minichain.dist import pure_nccl
+    log = []
+    stream = _Stream(log)
+    def array(x, copy, order):
+        return numpy.array(x, copy=copy, order=order).view(_DeviceArray)
+    cupy = types.SimpleNamespace(array=array, cuda=types.SimpleNamespace(
+        Device=lambda device: contextlib.nullcontext(),
+        get_current_stream=lambda: stream))
+    nccl = types.SimpleNamespace(NCCL_FLOAT32=7, NCCL_SUM=0)
+    monkeypatch.setattr(backend, 'get_cupy', lambda: cupy)
+    monkeypatch.setattr(backend, 'get_array_module', lambda *a: cupy)
+    monkeypatch.setattr(pure_nccl, 'nccl_module', lambda: nccl)
+    comm = dist.create_communicator('pure_nccl')
+    comm.nccl_comm, comm.nccl_device = types.SimpleNamespace(
+        allReduce=lambda *args: log.append('allReduce')), -1
+    waited = []
+    monkeypatch.setattr(comm, 'wait_nccl',
+                        lambda event, what, wire=None: waited.append(event))
+    previous = comm.in_flight = _Event(log, 'the averaging before')
+    out = comm.allreduce(numpy.ones(3, numpy.float32), 'mean')
+    assert waited == [previous]  # under the watchdog, before its own
+    assert log == ['allReduce', 'record'] and comm.in_flight.name == 'event 1'
+    assert out.tolist() == [0.5] * 3  # (the stand-in NCCL sums nothing)
+    comm.allreduce(numpy.ones(3, numpy.float32))
+    assert waited[-1].name == 'event 1'
+    comm.nccl_comm = None  # nothing to destroy
+    comm.finalize()

@@ -51,12 +51,15 @@ class Averaging:
         can_join: whether :func:`~minichain.dist.averaging.join.join` can
             shadow this averaging.
         reducer: the overlap's Reducer, else None (for inspection).
+        whole_mean: whether each rank holds the whole mean after
+            ``average`` (not so a sharded state: each rank its shard).
     """
 
     passes = 1
     starts_step = True
     can_join = True
     reducer = None
+    whole_mean = True
 
     def setup(self, model):
         """Average ``model``'s gradients from now on (called by the
@@ -131,6 +134,7 @@ class Wrapper(Averaging):
     starts_step = property(lambda self: self.inner.starts_step)
     can_join = property(lambda self: self.inner.can_join)
     reducer = property(lambda self: self.inner.reducer)
+    whole_mean = property(lambda self: self.inner.whole_mean)
 
     def setup(self, model):
         self.inner.setup(model)

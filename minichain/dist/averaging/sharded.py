@@ -101,6 +101,7 @@ class Sharded(Averaging):
     """
 
     can_join = False
+    whole_mean = False  # each rank holds its shard's sum
 
     def __init__(self, comm, optimizer, zero_fill=True):
         self.comm, self.optimizer, self.zero_fill = comm, optimizer, zero_fill

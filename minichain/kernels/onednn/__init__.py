@@ -16,7 +16,7 @@ Importing this package never raises for a missing library: the kernels
 are registered and decline when it cannot load.
 """
 from minichain import kernels
-from minichain.configuration import config
+from minichain.kernels import _switch
 from minichain.functions import activation as _act
 from minichain.functions import basic_math as _math
 from minichain.functions import convolution as _conv
@@ -28,7 +28,6 @@ from minichain.kernels.onednn import (activation, convolution, linear,
                                       normalization, optimizers, pooling)
 from minichain.optimizers.momentum_sgd import MomentumSGDRule as _MSGD
 
-_MODES = ('auto', 'always', 'never')
 _load_error = None   # why the library did not load (a sentence), once tried
 _tried = False
 
@@ -45,34 +44,22 @@ def available():
     return _dnnl.lib is not None
 
 
+def _problem():
+    if available():
+        return ''
+    return ('{}; install it with pip install onednn-cpu-gomp==2023.2.0 '
+            '(Linux x86-64 only; in a minichain checkout: pip install -e '
+            "'.[onednn]')".format(_load_error))
+
+
 def enabled():
     """Whether the oneDNN kernels run now, by ``config.use_onednn``."""
-    mode = config.use_onednn
-    if mode == 'never':
-        return False
-    if mode not in _MODES:
-        raise ValueError('config.use_onednn must be one of {}, got {!r} '
-                         '(MINICHAIN_ONEDNN sets its default)'.format(
-                             ', '.join(map(repr, _MODES)), mode))
-    if available():
-        return True
-    if mode == 'always':
-        raise RuntimeError(
-            "config.use_onednn is 'always' but oneDNN cannot be used: {}; "
-            "install it with pip install onednn-cpu-gomp==2023.2.0 (Linux "
-            "x86-64 only; in a minichain checkout: pip install -e "
-            "'.[onednn]') or set "
-            "MINICHAIN_ONEDNN=auto".format(_load_error))
-    return False
+    return _switch.enabled('onednn', 'oneDNN', _problem)
 
 
 def _gated(kernel):
     """The kernel, declining whenever :func:`enabled` says no."""
-    def run(node, inputs):
-        return kernel(node, inputs) if enabled() else None
-    run.__name__ = run.__qualname__ = kernel.__name__
-    run.__wrapped__ = kernel
-    return run
+    return _switch.gated(kernel, enabled)
 
 
 # Registered where oneDNN measured faster than the NumPy kernel, in
