@@ -50,6 +50,7 @@ _LAZY = {
     'scatter_dataset': 'minichain.dist.datasets',
     'scatter_index': 'minichain.dist.datasets',
     'MultiNodeBatchNormalization': 'minichain.dist.batch_normalization',
+    'MultiNodeChainList': 'minichain.dist.multi_node_chain_list',
     'multi_node_batch_normalization': 'minichain.dist.batch_normalization',
     'create_mnbn_model': 'minichain.dist.batch_normalization',
     'evaluate': 'minichain.dist.evaluation',
@@ -216,8 +217,8 @@ def create_communicator(communicator_name='auto', mpi_comm=None,
     return comm
 
 
-# ChainerMN's module paths: chainermn.links, chainermn.extensions.
-_SUBMODULES = ('extensions', 'links')
+# ChainerMN's module paths: chainermn.links, chainermn.functions...
+_SUBMODULES = ('extensions', 'functions', 'links')
 
 
 def __getattr__(name):
