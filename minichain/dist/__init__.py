@@ -218,7 +218,7 @@ def create_communicator(communicator_name='auto', mpi_comm=None,
 
 
 # ChainerMN's module paths: chainermn.links, chainermn.functions...
-_SUBMODULES = ('extensions', 'functions', 'links')
+_SUBMODULES = ('datasets', 'extensions', 'functions', 'links')
 
 
 def __getattr__(name):
