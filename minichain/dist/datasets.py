@@ -105,7 +105,7 @@ def _take(dataset, idx):
 
 
 def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None,
-                    force_equal_length=True):
+                    force_equal_length=True, *, max_buf_len=None):
     """Give every rank its shard of ``dataset`` (held on ``root`` only).
 
     ``root`` cuts the dataset as :func:`scatter_index` does and sends each
@@ -118,6 +118,8 @@ def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None,
             sequence of examples.
         comm, root, shuffle, seed, force_equal_length: as for
             :func:`scatter_index`.
+        max_buf_len: ChainerMN's message size limit, not needed (the
+            examples travel in chunks below MPI's).
     Returns:
         This rank's shard: an array, a tuple of arrays, or a list.
     """

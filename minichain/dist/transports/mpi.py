@@ -36,6 +36,7 @@ TAG_SCATTER = 0x5CA7          # scatter: the root's rows, to each rank
 TAG_ALLTOALL = 0xA2A          # alltoall: one rank's array, to another
 TAG_SCATTER_INDEX = 0x1D      # scatter_index: each rank's indices
 TAG_SCATTER_DATASET = 0x1E    # scatter_dataset: each rank's examples
+TAG_SNAPSHOT = 0x5A9          # replica sets: the loaded snapshot, to each
 TAG_TIMELINE = 0x71E          # timeline: each rank's events, to rank 0
 TAG_RING = 0x121              # ring: a chunk, to the next rank
 # On communicators of their own (a Wire's side duplicate, the pytest
