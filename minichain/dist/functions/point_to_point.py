@@ -93,7 +93,8 @@ class Recv(Message):
     def backward(self, indexes, grad_outputs):
         # The gradients go back to where the arrays came from, one for each
         # (zeros for an array nothing used: the sender waits for all).
-        gys = zeros_for_none(grad_outputs, self.metas, self.inputs[0].xp)
+        xp = next(g.xp for g in grad_outputs if g is not None)
+        gys = zeros_for_none(grad_outputs, self.metas, xp)
         send(gys, self.comm, self.peer, tag=self.tag)
         return zeros_like_input(self),
 
