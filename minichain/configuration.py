@@ -80,20 +80,33 @@ def force_backprop_mode():
     return using_config('enable_backprop', True)
 
 
+class _Mixed16:
+    """Chainer's ``mixed16`` dtype name (``config.dtype = minichain.mixed16``
+    or ``'mixed16'``): float16 where a dtype is asked for, and
+    ``map_mixed16`` where :func:`get_dtype` is given one."""
+
+    dtype = numpy.dtype(numpy.float16)
+
+    def __repr__(self):
+        return "dtype('mixed16')"
+
+
+mixed16 = _Mixed16()
+
+
 def get_dtype(dtype=None, map_mixed16=None):
     """The dtype to create arrays with, as Chainer's ``get_dtype``.
 
     Args:
         dtype: a dtype specifier; None means ``config.dtype``.
-        map_mixed16: used instead when the dtype is Chainer's ``'mixed16'``
-            (float16 if None). minichain has no mixed16 mode; this keeps
-            scripts that pass it working.
+        map_mixed16: used instead when the dtype is Chainer's ``mixed16``
+            (:data:`mixed16` or ``'mixed16'``; float16 if None).
 
     Returns:
         a ``numpy.dtype``.
     """
     if dtype is None:
         dtype = config.dtype
-    if isinstance(dtype, str) and dtype == 'mixed16':
+    if dtype is mixed16 or isinstance(dtype, str) and dtype == 'mixed16':
         dtype = numpy.float16 if map_mixed16 is None else map_mixed16
     return numpy.dtype(dtype)

@@ -184,10 +184,12 @@ class HeNormal(Initializer):
 
 
 class _ArrayCopy(Initializer):
-    """Copy a given array (its dtype is the result's); shapes must match."""
+    """Copy a given array, cast to the parameter's dtype (the link's, as
+    in Chainer: ``config.dtype`` unless the link says otherwise); shapes
+    must match."""
 
     def __init__(self, array):
-        super().__init__(array.dtype)
+        super().__init__()
         self.array = backend.to_cpu(array).copy()
 
     def _values(self, shape):
@@ -207,8 +209,9 @@ def get_initializer(value, default=None, dtype=None):
 
     Args:
         value: None (gives ``default``), a scalar (``Constant(value,
-            dtype)``), an array (copied now; its dtype is the parameter's) or
-            an initializer / callable (returned as is).
+            dtype)``), an array (copied now, and cast to the parameter's
+            dtype when it is created) or an initializer / callable
+            (returned as is).
         default: what None stands for.
         dtype: dtype given to a scalar's Constant.
     Returns:
@@ -231,8 +234,8 @@ def generate_array(initializer, shape, xp, dtype=None):
 
     Args:
         initializer: an initializer (or callable filling an array), a scalar
-            (a constant), an ndarray (copied; its dtype becomes the result's;
-            its shape must equal ``shape``) or None (NaN-filled, as Chainer).
+            (a constant), an ndarray (copied and cast; its shape must equal
+            ``shape``) or None (NaN-filled, as Chainer).
         shape: int or tuple.
         xp: ``numpy`` or ``cupy``.
         dtype: the result's dtype; None means the initializer's own, else

@@ -9,8 +9,7 @@ Every enumeration that other processes must agree on (``namedparams``,
 ``namedlinks``, ``namedpersistents``) is sorted by full path, never taken from
 a set or dict of names: data-parallel training packs gradients in this order.
 
-The three classes stay in one file, as Chainer keeps Link, Chain and ChainList
-(a ChainList file would import Link and be imported back); how arrays are
+The three classes stay in one file, as Chainer keeps them; how arrays are
 copied and moved across host and devices is ``_link_arrays.py``.
 """
 import contextlib
@@ -325,11 +324,15 @@ class Chain(Link):
 
             def forward(self, x):
                 return self.l2(F.relu(self.l1(x)))
-    """
 
-    def __init__(self):
+    or as keywords, as in Chainer v1 and ChainerMN's examples:
+    ``super().__init__(l1=L.Linear(None, 100), l2=L.Linear(100, 10))``."""
+
+    def __init__(self, **links):
         super().__init__()
         self._children = []
+        for name, link in links.items():
+            self.add_link(name, link)
 
     def __setattr__(self, name, value):
         if self.__dict__.get('_within_init_scope'):

@@ -280,10 +280,13 @@ class Variable:
                 'booleans cannot be differentiated (only floating-point '
                 'Variables have gradients)'.format(self._label(), self.dtype))
         if self._grad_var is None:
-            if self._data.size != 1:
+            # A scalar seeds 1; an empty variable (the delegate variable of
+            # minichain.dist.functions) seeds its empty gradient, so that
+            # backward reaches the communication that made it.
+            if self._data.size > 1:
                 raise ValueError(
                     'Variable.backward: variable {} has shape {}; backward '
-                    'without a gradient needs a single element. Set '
+                    'without a gradient needs a single element (or none). Set '
                     '`y.grad` first, or reduce to a scalar (e.g. F.sum).'
                     .format(self._label(), self.shape))
             self._grad_var = Variable(self.xp.ones_like(self._data),

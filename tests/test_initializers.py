@@ -123,7 +123,10 @@ def test_generate_array_scalar_and_none():
 def test_generate_array_from_array():
     src = numpy.arange(6, dtype=numpy.float64).reshape(2, 3)
     a = I.generate_array(src, (2, 3), numpy)
-    assert a.dtype == numpy.float64 and a is not src
+    # cast to the parameter's dtype (config.dtype here), as Chainer does
+    assert a.dtype == numpy.float32 and a is not src
+    assert I.generate_array(src, (2, 3), numpy, numpy.float64).dtype == \
+        numpy.float64
     src[0, 0] = 100
     assert a[0, 0] == 0
     with pytest.raises(ValueError, match=r'\(2, 3\).*\(3, 2\)'):

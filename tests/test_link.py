@@ -123,6 +123,18 @@ def test_add_param_and_add_link():
         chain.add_link('x', 3)
 
 
+def test_chain_registers_keyword_links_as_chainer_v1():
+    # ChainerMN's model-parallel examples: super().__init__(l1=L.Linear(...))
+    from minichain import links as L
+    chain = minichain.Chain(l2=L.Linear(3, 2), l1=L.Linear(4, 3))
+    assert [c.name for c in chain.children()] == ['l2', 'l1']
+    assert [p for p, _ in chain.namedparams()] == [
+        '/l1/W', '/l1/b', '/l2/W', '/l2/b']
+    assert chain['l1'].W.shape == (3, 4)
+    with pytest.raises(TypeError, match="Chain.add_link: 'l3' must be a Link"):
+        minichain.Chain(l3=3)
+
+
 def test_namedparams_sorted_and_links():
     net = Net()
     assert [p for p, _ in net.namedparams()] == [

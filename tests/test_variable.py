@@ -135,6 +135,19 @@ def test_backward_on_a_leaf_does_nothing():
     assert v.grad is None
 
 
+def test_backward_needs_one_element_or_none_without_a_gradient():
+    x = make()
+    with pytest.raises(ValueError, match=r'shape \(2, 3\); backward without '
+                       'a gradient needs a single element'):
+        (x * 2).backward()
+    # An empty variable (minichain.dist.functions' delegate variable) seeds
+    # its empty gradient: the walk reaches the function that made it.
+    empty = F.get_item(x * 2, (slice(0, 0),))
+    assert empty.shape == (0, 3)
+    empty.backward()
+    numpy.testing.assert_array_equal(x.grad, numpy.zeros((2, 3)))
+
+
 def test_unchain_backward_cuts_every_link_upstream():
     x = make()
     h = x * 2

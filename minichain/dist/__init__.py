@@ -41,6 +41,9 @@ _COMMUNICATORS = {
     'pure_nccl': ('minichain.dist.pure_nccl', 'PureNcclCommunicator'),
     'hierarchical': ('minichain.dist.hierarchical',
                      'HierarchicalCommunicator'),
+    # ChainerMN's name of NCCL inside nodes, MPI between them (via the host)
+    'non_cuda_aware': ('minichain.dist.hierarchical',
+                       'HierarchicalCommunicator'),
 }
 
 # Public names loaded on first access (PEP 562), so that importing
@@ -53,11 +56,13 @@ _LAZY = {
     'scatter_dataset': 'minichain.dist.datasets',
     'scatter_index': 'minichain.dist.datasets',
     'MultiNodeBatchNormalization': 'minichain.dist.batch_normalization',
+    'MultiNodeChainList': 'minichain.dist.multi_node_chain_list',
     'multi_node_batch_normalization': 'minichain.dist.batch_normalization',
     'create_mnbn_model': 'minichain.dist.batch_normalization',
     'evaluate': 'minichain.dist.evaluation',
     'weighted_mean': 'minichain.dist.evaluation',
     'create_multi_node_evaluator': 'minichain.dist.extensions',
+    'create_multi_node_checkpointer': 'minichain.dist.checkpoint',
     'multi_node_snapshot': 'minichain.dist.extensions',
 }
 
@@ -168,9 +173,10 @@ def create_communicator(communicator_name='auto', mpi_comm=None,
             packed buffer summed by a ring allreduce written in Python,
             to be read: :mod:`minichain.dist.ring`), ``'pure_nccl'`` (NCCL on
             the GPUs), ``'hierarchical'`` (NCCL in a node, MPI between
-            nodes), or ``'auto'``: ``'pure_nccl'`` when every rank can
-            use NCCL on a GPU of its own, else ``'flat'`` (rank 0 then says
-            why, once, on stderr); collective.
+            nodes; also ChainerMN's ``'non_cuda_aware'``), or ``'auto'``:
+            ``'pure_nccl'`` when every rank can use NCCL on a GPU of its
+            own, else ``'flat'`` (rank 0 then says why, once, on stderr);
+            collective.
         mpi_comm: an ``mpi4py.MPI.Comm`` (default ``MPI.COMM_WORLD``).
         allreduce_grad_dtype: dtype of the gradient transfer (float32 or
             float64; float16 and ``'bfloat16'`` only with NCCL), default the
@@ -214,8 +220,9 @@ def create_communicator(communicator_name='auto', mpi_comm=None,
     return comm
 
 
-# ChainerMN's module paths: chainermn.links, chainermn.extensions.
-_SUBMODULES = ('extensions', 'links')
+# ChainerMN's module paths: chainermn.links, chainermn.functions...
+_SUBMODULES = ('communicators', 'datasets', 'extensions', 'functions',
+               'iterators', 'links', 'nccl', 'optimizers', 'testing')
 
 
 def __getattr__(name):
@@ -230,5 +237,5 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(list(globals()) + list(_LAZY) + list(_SUBMODULES)
-                  + list(hooks.names))
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES)
+                  | set(hooks.names))

@@ -26,6 +26,12 @@ def _meta(x, where):
     return tuple(x.shape), numpy.dtype(x.dtype).str
 
 
+def _host(x, where):
+    """A C-ordered host copy (or view) of the NumPy or CuPy array ``x``."""
+    _meta(x, where)
+    return numpy.asarray(mpi.to_host(x)[0], order='C')
+
+
 def _meta_error(where, names=()):
     """on_mismatch for ``(shape, dtype, *named values)`` headers."""
     def show(m):
@@ -166,46 +172,106 @@ class CollectivesMixin:
         return mpi.from_host(out, on_gpu)
 
     def scatter(self, xs, root=0):
-        """Rank ``r`` gets ``xs[r]``; ``xs`` (shape ``(size, ...)``) is read
-        on ``root`` only."""
+        """Rank ``r`` gets ``xs[r]``. ``xs``, read on ``root`` only, is an
+        array of shape ``(size, ...)`` or a tuple or list of ``size``
+        arrays (of any shapes and dtypes)."""
         def root_meta():
-            if len(xs) != self.size:
+            if xs is None or len(xs) != self.size:
                 raise ValueError('scatter: root {} passed {} rows for {} '
-                                 'ranks'.format(root, len(xs), self.size))
-            return _meta(xs, 'scatter'), mpi.to_host(xs)[1]
+                                 'ranks'.format(root, None if xs is None
+                                                else len(xs), self.size))
+            return [_meta(x, 'scatter') for x in xs], mpi.to_host(xs[0])[1]
         with self.collective('scatter'):
             meta = attempt(root_meta) if self.rank == root else None
-            (shape, dtype), on_gpu = self._bcast_pickled(meta, root)
+            metas, on_gpu = self._bcast_pickled(meta, root)
             if self.rank == root:
-                rows = numpy.asarray(mpi.to_host(xs)[0], order='C')
-                rows = rows.reshape(self.size, -1)
                 for r in range(self.size):
                     if r != root:
-                        self._send_host(rows[r], r,
+                        self._send_host(_host(xs[r], 'scatter'), r,
                                         mpi.TAG_SCATTER)
                 return xs[root]
-            out = numpy.empty(shape[1:], dtype=dtype)
+            out = numpy.empty(*metas[self.rank])
             self._recv_host(out, root, mpi.TAG_SCATTER)
         return mpi.from_host(out, on_gpu)
 
-    def send(self, x, dest, tag=0):
-        """Send array ``x`` to rank ``dest`` (shape and dtype travel too)."""
-        host, on_gpu = mpi.to_host(x)
-        host = numpy.asarray(host, order='C')
-        mpi.send_obj(self.wire, (host.shape, host.dtype.str, on_gpu), dest,
-                      tag)
-        self._send_host(host, dest, tag)
+    def alltoall(self, xs):
+        """Rank ``r`` sends ``xs[s]`` to rank ``s``, for every ``s``.
+
+        Args:
+            xs: a tuple or list of ``size`` arrays (any shapes and dtypes).
+        Returns:
+            A tuple of ``size`` arrays: entry ``s`` is what rank ``s`` sent
+            to this rank (CuPy arrays when ``xs[0]`` is one).
+        """
+        def check():  # None, or the error every rank raises
+            if len(xs) != self.size:
+                raise ValueError('alltoall: rank {} passed {} arrays for {} '
+                                 'ranks'.format(self.rank, len(xs), self.size))
+            for x in xs:
+                _meta(x, 'alltoall')
+        with self.collective('alltoall'):
+            self.header(attempt(check))
+            theirs = mpi.allgather_obj(self.wire, [_meta(x, 'alltoall')
+                                                   for x in xs])
+            sent = [_host(x, 'alltoall') for x in xs]
+            got = [sent[r] if r == self.rank else
+                   numpy.empty(*theirs[r][self.rank]) for r in range(self.size)]
+            # Every message posted at once, then waited for: no order of
+            # sends and receives can leave two ranks waiting for each other.
+            requests = []
+            for r in range(self.size):
+                if r != self.rank:
+                    requests += self._post_host(sent[r], got[r], r)
+            for request in requests:
+                self.wait_request(request)
+        on_gpu = mpi.to_host(xs[0])[1]
+        return tuple(mpi.from_host(y, on_gpu) for y in got)
+
+    # -- point to point -------------------------------------------------------
+    def send(self, data, dest, tag=0):
+        """Send an array, or a tuple or list of arrays, to rank ``dest``;
+        their shapes and dtypes travel first. Returns once the data has
+        left (it may wait for ``dest`` to receive: big messages are not
+        buffered)."""
+        arrays = data if isinstance(data, (tuple, list)) else (data,)
+        hosts = [_host(x, 'send') for x in arrays]
+        meta = (arrays is data, [(a.shape, a.dtype.str) for a in hosts],
+                any(mpi.to_host(x)[1] for x in arrays))
+        mpi.send_obj(self.wire, meta, self._peer(dest, 'send'), tag)
+        for host in hosts:
+            self._send_host(host, dest, tag)
 
     def recv(self, source, tag=0):
-        """Receive an array sent by :meth:`send` (CuPy if it was CuPy)."""
-        shape, dtype, on_gpu = mpi.recv_obj(self.wire, source, tag)
-        out = numpy.empty(shape, dtype=dtype)
-        self._recv_host(out, source, tag)
-        return mpi.from_host(out, on_gpu)
+        """Receive what :meth:`send` sent from rank ``source``: an array, or
+        a tuple of arrays if a tuple or list was sent (CuPy arrays, on the
+        current device, if they were CuPy)."""
+        is_tuple, metas, on_gpu = mpi.recv_obj(
+            self.wire, self._peer(source, 'recv'), tag)
+        got = [numpy.empty(shape, dtype) for shape, dtype in metas]
+        for out in got:
+            self._recv_host(out, source, tag)
+        got = tuple(mpi.from_host(y, on_gpu) for y in got)
+        return got if is_tuple else got[0]
+
+    def send_obj(self, obj, dest, tag=0):
+        """Send a picklable object (any size) to rank ``dest``."""
+        mpi.send_obj(self.wire, obj, self._peer(dest, 'send_obj'), tag)
+
+    def recv_obj(self, source, status=None, tag=None):
+        """Receive an object sent by :meth:`send_obj` from rank ``source``
+        (``MPI.ANY_SOURCE``: any rank) with tag ``tag`` (None: any tag, as
+        ``MPI.ANY_TAG``). ``status``, an ``MPI.Status``, is filled with the
+        message's source and tag."""
+        MPI = mpi.import_mpi()
+        if source != MPI.ANY_SOURCE:
+            self._peer(source, 'recv_obj')
+        return mpi.recv_obj(self.wire, source, MPI.ANY_TAG if tag is None
+                            else tag, status)
 
     # -- objects --------------------------------------------------------------
-    def bcast_obj(self, obj, root=0):
-        """Return ``root``'s picklable object on every rank (any size)."""
+    def bcast_obj(self, obj, root=0, *, max_buf_len=None):
+        """Return ``root``'s picklable object on every rank (any size: it
+        travels in chunks, so ChainerMN's ``max_buf_len`` is not needed)."""
         with self.collective('bcast_obj'):
             return self._bcast_pickled(obj, root)
 
@@ -244,14 +310,6 @@ class CollectivesMixin:
             out = fns[op](out, v)
         return out
 
-    def send_obj(self, obj, dest, tag=0):
-        """Send a picklable object (any size) to rank ``dest``."""
-        mpi.send_obj(self.wire, obj, dest, tag)
-
-    def recv_obj(self, source, tag=0):
-        """Receive an object sent by :meth:`send_obj`."""
-        return mpi.recv_obj(self.wire, source, tag)
-
     # -- helpers --------------------------------------------------------------
     def _send_host(self, a, dest, tag):
         flat = mpi.as_bytes(a)
@@ -262,3 +320,22 @@ class CollectivesMixin:
         flat = out.reshape(-1).view(numpy.uint8)
         for start, stop in mpi.chunks(flat.size, 1):
             self.wire.Recv(flat[start:stop], source=source, tag=tag)
+
+    def _post_host(self, a, out, peer):
+        """Post the sends of host array ``a`` to ``peer`` and the receives
+        of ``out`` from it (chunked); return the requests."""
+        src, dst = mpi.as_bytes(a), out.reshape(-1).view(numpy.uint8)
+        return ([self.wire.Isend(src[lo:hi], peer, mpi.TAG_ALLTOALL)
+                 for lo, hi in mpi.chunks(src.size, 1)] +
+                [self.wire.Irecv(dst[lo:hi], peer, mpi.TAG_ALLTOALL)
+                 for lo, hi in mpi.chunks(dst.size, 1)])
+
+    def _peer(self, rank, where):
+        """``rank``, or a ValueError unless it is another rank: a message
+        to oneself, or to no one, would wait forever."""
+        if not (isinstance(rank, (int, numpy.integer)) and 0 <= rank <
+                self.size and rank != self.rank):
+            raise ValueError('{}: rank {} cannot exchange messages with rank '
+                             '{!r} (the communicator has ranks 0-{})'.format(
+                                 where, self.rank, rank, self.size - 1))
+        return int(rank)

@@ -219,6 +219,10 @@ class CommunicatorBase(CollectivesMixin):
         """ChainerMN's earlier name of :meth:`multi_node_mean_grad`."""
         self.multi_node_mean_grad(model, zero_fill)
 
+    def broadcast_data(self, model):
+        """ChainerMN's earlier name of :meth:`bcast_data`."""
+        self.bcast_data(model)
+
     def layout_extra(self, model):
         """Extra ``(label, 'tag', text)`` entries that every rank must agree
         on before averaging (none here; NCCL adds the array device kind)."""

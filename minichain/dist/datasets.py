@@ -1,4 +1,5 @@
-"""Sharding a dataset over the ranks: scatter_index and scatter_dataset."""
+"""Sharding a dataset over the ranks: scatter_index and scatter_dataset
+(ChainerMN's ``chainermn.datasets``, with ``create_empty_dataset``)."""
 import numpy
 
 from minichain import backend
@@ -34,13 +35,24 @@ def shard_bounds(n, size, force_equal_length):
 
 
 def _all_shards(n, size, shuffle, seed, force_equal_length):
-    if n < 1:
-        raise ValueError('scatter_index: need at least one example, got n={}'
-                         .format(n))
+    if n < 0:
+        raise ValueError('scatter_index: the number of examples must be 0 or '
+                         'more, got n={}'.format(n))
+    if n == 0:  # as ChainerMN: every rank an empty shard
+        return [numpy.arange(0)] * size
     order = (numpy.random.default_rng(seed).permutation(n) if shuffle
              else numpy.arange(n))
     return [order[numpy.arange(a, b) % n]
             for a, b in shard_bounds(n, size, force_equal_length)]
+
+
+def create_empty_dataset(dataset):
+    """A dataset of ``len(dataset)`` empty examples ``()``: for a rank whose
+    model takes no input (it receives its input from another rank, as in a
+    :class:`~minichain.dist.MultiNodeChainList`), so that its iterator
+    yields as many batches as the rank that reads the data. A batch of them
+    converts to ``()``, so the model is called with no arguments."""
+    return [()] * len(dataset)
 
 
 def scatter_index(n, comm, root=0, shuffle=False, seed=None,
@@ -93,7 +105,7 @@ def _take(dataset, idx):
 
 
 def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None,
-                    force_equal_length=True):
+                    force_equal_length=True, *, max_buf_len=None):
     """Give every rank its shard of ``dataset`` (held on ``root`` only).
 
     ``root`` cuts the dataset as :func:`scatter_index` does and sends each
@@ -106,6 +118,8 @@ def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None,
             sequence of examples.
         comm, root, shuffle, seed, force_equal_length: as for
             :func:`scatter_index`.
+        max_buf_len: ChainerMN's message size limit, not needed (the
+            examples travel in chunks below MPI's).
     Returns:
         This rank's shard: an array, a tuple of arrays, or a list.
     """

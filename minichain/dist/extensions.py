@@ -1,21 +1,18 @@
-"""Trainer extensions for data-parallel training: evaluation and snapshots.
+"""Trainer extensions for data-parallel training (ChainerMN's
+``chainermn.extensions``): evaluation and snapshots here.
 
 * :func:`create_multi_node_evaluator` makes an ``Evaluator`` report the
   metrics of the whole validation set, although each rank only evaluates its
   own shard (ChainerMN's fourth porting call).
 * :func:`multi_node_snapshot` writes the trainer from one rank and resumes
   every rank from that one file; it records the number of processes and
-  refuses a snapshot written by a different one.
+  refuses a snapshot written by a different one. Typical use::
 
-Typical use (``comm`` is a minichain.dist communicator)::
-
-    evaluator = extensions.Evaluator(val_iter, model)
-    trainer.extend(dist.create_multi_node_evaluator(evaluator, comm))
     snap = dist.multi_node_snapshot(comm)
     trainer.extend(snap, trigger=(1, 'epoch'))
     if args.resume:
         snap.load(args.resume, trainer)   # on every rank, after extend
-    trainer.run()
+The rest of ``chainermn.extensions`` is imported from its own modules.
 """
 import contextlib
 import io
@@ -27,13 +24,19 @@ import zlib
 import numpy
 
 from minichain import backend
+from minichain.dist.checkpoint import create_multi_node_checkpointer  # noqa
+from minichain.dist.evaluation import GenericMultiNodeEvaluator  # noqa: F401
+from minichain.dist.observation import (  # noqa: F401
+    AllreducePersistent, MultiNodeEarlyStoppingTrigger, ObservationAggregator)
 from minichain.reporter import DictSummary
 from minichain.serializers import (Deserializer, DictionarySerializer,
                                    NpzDeserializer)
 from minichain.training import extension
 
-__all__ = ['create_multi_node_evaluator', 'multi_node_snapshot',
-           'MultiNodeSnapshot']
+__all__ = ['AllreducePersistent', 'GenericMultiNodeEvaluator',
+           'MultiNodeEarlyStoppingTrigger', 'MultiNodeSnapshot',
+           'ObservationAggregator', 'create_multi_node_checkpointer',
+           'create_multi_node_evaluator', 'multi_node_snapshot']
 
 
 # -- evaluation ---------------------------------------------------------------
@@ -357,8 +360,10 @@ def _size_message(what, stored, size):
             .format(what, stored, '' if stored == 1 else 'es', size, stored))
 
 
-def multi_node_snapshot(comm, snapshot=None, root=0):
-    """Wrap a snapshot extension for a data-parallel trainer.
+def multi_node_snapshot(comm, snapshot=None, root=0, replica_sets=None):
+    """Wrap a snapshot extension for a data-parallel trainer (with
+    ``replica_sets``, or a list in place of ``root`` as in ChainerMN 7, see
+    :mod:`minichain.dist.replica_snapshot` instead).
 
     Extend the trainer of **every** rank with the result (it is collective
     when loading, and records the world size); only ``root`` writes.
@@ -384,6 +389,10 @@ def multi_node_snapshot(comm, snapshot=None, root=0):
     if snapshot is None:
         from minichain.training.extensions import snapshot as make_snapshot
         snapshot = make_snapshot()
+    if replica_sets is not None or not isinstance(root, int):
+        from minichain.dist.replica_snapshot import ReplicaSetsSnapshot
+        return ReplicaSetsSnapshot(comm, snapshot, root if replica_sets is
+                                   None else replica_sets)
     if not 0 <= root < comm.size:
         raise ValueError('multi_node_snapshot: root must be a rank in '
                          '[0, {}), got {}'.format(comm.size, root))

@@ -33,8 +33,10 @@ CHUNK_BYTES = 1 << 30
 TAG_GATHER = 0x6A8            # gather: each rank's row, to the root
 TAG_GATHER_OBJ = 0x6A7        # gather_obj: each rank's object, to the root
 TAG_SCATTER = 0x5CA7          # scatter: the root's rows, to each rank
+TAG_ALLTOALL = 0xA2A          # alltoall: one rank's array, to another
 TAG_SCATTER_INDEX = 0x1D      # scatter_index: each rank's indices
 TAG_SCATTER_DATASET = 0x1E    # scatter_dataset: each rank's examples
+TAG_SNAPSHOT = 0x5A9          # replica sets: the loaded snapshot, to each
 TAG_TIMELINE = 0x71E          # timeline: each rank's events, to rank 0
 TAG_RING = 0x121              # ring: a chunk, to the next rank
 # On communicators of their own (a Wire's side duplicate, the pytest
@@ -156,10 +158,14 @@ def send_bytes(comm, data, dest, tag=0):
         comm.Send(buf[start:stop], dest=dest, tag=tag)
 
 
-def recv_bytes(comm, source, tag=0):
-    """Receive what :func:`send_bytes` sent."""
+def recv_bytes(comm, source, tag=0, status=None):
+    """Receive what :func:`send_bytes` sent. ``source`` and ``tag`` may be
+    ``MPI.ANY_SOURCE`` and ``MPI.ANY_TAG``: the chunks then come from where
+    the length came from. ``status`` (an ``MPI.Status``) is filled in."""
     n = numpy.empty(1, numpy.int64)
-    comm.Recv(n, source=source, tag=tag)
+    status = import_mpi().Status() if status is None else status
+    comm.Recv(n, source=source, tag=tag, status=status)
+    source, tag = status.Get_source(), status.Get_tag()
     buf = numpy.empty(int(n[0]), dtype=numpy.uint8)
     for start, stop in chunks(buf.size, 1):
         comm.Recv(buf[start:stop], source=source, tag=tag)
@@ -172,9 +178,9 @@ def send_obj(comm, obj, dest, tag=0):
                dest, tag)
 
 
-def recv_obj(comm, source, tag=0):
-    """Receive what :func:`send_obj` sent."""
-    return pickle.loads(recv_bytes(comm, source, tag))
+def recv_obj(comm, source, tag=0, status=None):
+    """Receive what :func:`send_obj` sent (see :func:`recv_bytes`)."""
+    return pickle.loads(recv_bytes(comm, source, tag, status))
 
 
 def to_host(x):

@@ -1,5 +1,8 @@
 """What the NCCL communicators share: the NCCL module, its dtypes, the
-bfloat16 codec, and the one-GPU-per-rank check.
+bfloat16 codec, and the one-GPU-per-rank check; and ChainerMN's
+``chainermn.nccl``: any other name (``NcclCommunicator``,
+``get_unique_id``, ``NCCL_SUM``...) is CuPy's ``cupy.cuda.nccl``'s, looked
+up when first read (``_available``: whether they can be read).
 
 CuPy and NCCL are reached only through ``minichain.backend`` and only when
 called, so importing this module needs neither. The unique ID -> broadcast
@@ -97,3 +100,18 @@ def check_one_gpu_per_rank(mpi_comm, device_id, where):
             'comm.intra_size); model.to_device(device)'.format(
                 where, format_ranks(ranks), keys[ranks[0]][2], bus_id,
                 node))
+
+
+def __getattr__(name):
+    """``chainermn.nccl``'s names: CuPy's NCCL module's; where NCCL cannot
+    run, an AttributeError saying what is missing (CuPy, a GPU or NCCL)."""
+    if name.startswith('__'):
+        raise AttributeError(name)
+    try:
+        nccl = backend.get_nccl()
+    except RuntimeError as e:
+        if name == '_available':
+            return False
+        raise AttributeError('minichain.dist.nccl.{}: NCCL is not usable '
+                             'here: {}'.format(name, e)) from None
+    return True if name == '_available' else getattr(nccl, name)

@@ -12,6 +12,7 @@ from minichain.functions.loss import *  # noqa: F401,F403
 from minichain.functions.evaluation import *  # noqa: F401,F403
 from minichain.functions.noise import *  # noqa: F401,F403
 from minichain.functions.linear import *  # noqa: F401,F403
+from minichain.functions.embed_id import *  # noqa: F401,F403
 from minichain.functions.convolution import *  # noqa: F401,F403
 from minichain.functions.pooling import *  # noqa: F401,F403
 from minichain.functions.normalization import *  # noqa: F401,F403

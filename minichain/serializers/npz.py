@@ -219,11 +219,13 @@ def save_npz(file, obj, compression=True):
 
     Args:
         file: a path, or an open binary file (then written directly).
-        obj: the object to save.
+        obj: the object to save; a dict of arrays (an object serialized
+            already, as a snapshot writer gets it) is saved as it is.
         compression: use ``numpy.savez_compressed`` (zip deflate).
     """
-    serializer = DictionarySerializer()
-    serializer.save(obj)
+    serializer = DictionarySerializer(obj if isinstance(obj, dict) else None)
+    if not isinstance(obj, dict):
+        serializer.save(obj)
     savez = numpy.savez_compressed if compression else numpy.savez
     if isinstance(file, (str, os.PathLike)):
         with atomic_write(file) as f:

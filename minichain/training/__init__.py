@@ -10,6 +10,7 @@ A training script in Chainer's shape::
 """
 from minichain.training import extension  # noqa: F401
 from minichain.training import extensions, triggers, updaters  # noqa: F401
+from minichain.training import util  # noqa: F401  (chainer.training.util)
 from minichain.training.extension import (Extension,  # noqa: F401
                                           make_extension)
 from minichain.training.trainer import Trainer  # noqa: F401

@@ -27,15 +27,24 @@ def test_links_and_extensions_paths():
     assert extensions.multi_node_snapshot is dist.multi_node_snapshot
     assert extensions.create_multi_node_evaluator is \
         dist.create_multi_node_evaluator
-    assert {'links', 'extensions'} <= set(dir(dist))
+    assert {'links', 'extensions', 'functions'} <= set(dir(dist))
+    assert links.MultiNodeChainList is dist.MultiNodeChainList
+    from minichain.dist import functions
+    assert dist.functions is functions
+    for name in ('send', 'recv', 'pseudo_connect', 'bcast', 'gather',
+                 'scatter', 'allgather', 'alltoall'):
+        assert callable(getattr(functions, name)), name
     with pytest.raises(AttributeError, match='no attribute'):
-        dist.functions  # model parallelism is not in minichain
+        dist.no_such_thing
 
 
 def test_paths_import_no_mpi4py():
     code = ('import sys; from minichain import dist; dist.links.'
             'MultiNodeBatchNormalization; dist.extensions.multi_node_snapshot;'
-            ' print("mpi4py" in sys.modules)')
+            ' import minichain.dist.communicators.naive_communicator; '
+            'import minichain.dist.iterators, minichain.dist.nccl; '
+            'dist.extensions.ObservationAggregator; dist.functions.send; '
+            'print("mpi4py" in sys.modules or "cupy" in sys.modules)')
     out = subprocess.run([sys.executable, '-c', code], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr

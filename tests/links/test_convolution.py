@@ -1,6 +1,8 @@
 import numpy
 import pytest
 
+import minichain
+
 from minichain import backend, initializers as I
 from minichain import links as L
 from minichain.gradient_check import check_backward
@@ -68,8 +70,12 @@ def test_rectangular_kernel_nobias_and_fans():
 def test_initializer_arguments():
     w = numpy.full((2, 3, 1, 1), 0.5, dtype=numpy.float64)
     link = L.Convolution2D(3, 2, 1, initialW=w, initial_bias=1)
-    assert link.W.dtype == numpy.float64 and link.b.dtype == numpy.float64
+    # an array is cast to the link's dtype, as in Chainer
+    assert link.W.dtype == numpy.float32 and link.b.dtype == numpy.float32
     assert (link.b.array == 1).all()
+    with minichain.using_config('dtype', numpy.float64):
+        wide = L.Convolution2D(3, 2, 1, initialW=w, initial_bias=1)
+    assert wide.W.dtype == numpy.float64 and wide.b.dtype == numpy.float64
     w[...] = 0
     assert (link.W.array == 0.5).all()
     with pytest.raises(ValueError, match=r'\(2, 3, 1, 1\).*\(2, 3, 3, 3\)'):
@@ -94,10 +100,12 @@ def test_groups_must_divide_channels():
         eps=1e-2, atol=1e-2, rtol=5e-3))])
 def test_backward_through_params(dtype, tol):
     rng = numpy.random.default_rng(2)
-    link = L.Convolution2D(
-        2, 3, 2, stride=1, pad=1,
-        initialW=rng.standard_normal((3, 2, 2, 2)).astype(dtype),
-        initial_bias=rng.standard_normal(3).astype(dtype))
+    with minichain.using_config('dtype', dtype):
+        link = L.Convolution2D(
+            2, 3, 2, stride=1, pad=1,
+            initialW=rng.standard_normal((3, 2, 2, 2)),
+            initial_bias=rng.standard_normal(3))
+    assert link.W.dtype == dtype
     x = rng.standard_normal((1, 2, 3, 3)).astype(dtype)
     gy = rng.standard_normal((1, 3, 4, 4)).astype(dtype)
     check_backward(link, x, gy, params=(link.W, link.b), **tol)

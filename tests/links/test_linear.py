@@ -1,6 +1,7 @@
 import numpy
 import pytest
 
+import minichain
 from minichain import backend, initializers as I
 from minichain import links as L
 from minichain.gradient_check import check_backward
@@ -50,14 +51,18 @@ def test_initializer_scalar_and_array_arguments():
     assert (a.W.array == 0.25).all() and (a.b.array == 1).all()
     assert a.W.dtype == a.b.dtype == numpy.float32
     w = numpy.arange(6, dtype=numpy.float64).reshape(3, 2)
+    # an array is cast to the link's dtype (config.dtype), as in Chainer:
+    # a float64 array must not make float32 inputs fail
     b = L.Linear(2, 3, initialW=w, initial_bias=0.5)
-    assert b.W.dtype == numpy.float64 and b.b.dtype == numpy.float64
+    assert b.W.dtype == numpy.float32 and b.b.dtype == numpy.float32
     numpy.testing.assert_array_equal(b.W.array, w)
+    assert b(numpy.ones((1, 2), numpy.float32)).dtype == numpy.float32
     w[0, 0] = 99  # the link holds a copy
     assert b.W.array[0, 0] == 0
     bias = numpy.array([1, 2, 3], dtype=numpy.float16)
-    c = L.Linear(None, 3, initialW=w, initial_bias=bias)
-    assert not c.W.is_initialized and c.b.dtype == numpy.float16
+    with minichain.using_config('dtype', numpy.float64):
+        c = L.Linear(None, 3, initialW=w, initial_bias=bias)
+    assert not c.W.is_initialized and c.b.dtype == numpy.float64
     d = L.Linear(2, 3, initialW=7.0)
     assert (d.W.array == 7).all()
 
@@ -76,8 +81,10 @@ def test_array_shape_mismatch():
         eps=1e-2, atol=1e-2, rtol=5e-3))])
 def test_backward_through_params(dtype, tol):
     rng = numpy.random.default_rng(1)
-    link = L.Linear(3, 2, initialW=rng.standard_normal((2, 3)).astype(dtype),
-                    initial_bias=rng.standard_normal(2).astype(dtype))
+    with minichain.using_config('dtype', dtype):
+        link = L.Linear(3, 2, initialW=rng.standard_normal((2, 3)),
+                        initial_bias=rng.standard_normal(2))
+    assert link.W.dtype == dtype
     x = rng.standard_normal((4, 3)).astype(dtype)
     gy = rng.standard_normal((4, 2)).astype(dtype)
     check_backward(link, x, gy, params=(link.W, link.b), **tol)

@@ -258,11 +258,13 @@ class Wire:
             return self.comm.Send(buf, dest=dest, tag=tag)
         self._wait(self.comm.Isend(buf, dest=dest, tag=tag), ('send to', dest))
 
-    def Recv(self, buf, source, tag=0):
+    def Recv(self, buf, source, tag=0, status=None):
         if not self.polling:
-            return self.comm.Recv(buf, source=source, tag=tag)
-        self._wait(self.comm.Irecv(buf, source=source, tag=tag),
-                   ('receive from', source))
+            return self.comm.Recv(buf, source=source, tag=tag, status=status)
+        request = self.comm.Irecv(buf, source=source, tag=tag)
+        if not request.Test(status):
+            self._wait_slow(lambda: request.Test(status), (
+                'receive from', source if source >= 0 else 'any rank'))
 
     def Iallreduce(self, sendbuf, recvbuf, op):
         """Post a non-blocking Allreduce; returns its request, for

@@ -6,6 +6,7 @@
 * :mod:`~minichain.dist.testing.pytest_plugin` (with ``relaunch`` and
   ``reports``) -- ``@pytest.mark.mpi(ranks=[2, 3])``: one test run as an
   MPI job per rank count from plain ``pytest``.
+* ``get_device``, ChainerMN's ``chainermn.testing.get_device``.
 
 A student reading how data parallelism works can skip this folder.
 
@@ -18,7 +19,19 @@ import importlib
 _EQUIVALENCE = ('assert_data_parallel_equivalent', 'NotEnoughRanksError',
                 'require_ranks', 'default_lossfun')
 
-__all__ = list(_EQUIVALENCE)
+__all__ = list(_EQUIVALENCE) + ['get_device']
+
+
+def get_device(device_id=None, use_chainerx=False):
+    """ChainerMN's ``chainermn.testing.get_device``: GPU ``device_id``
+    (``'@cupy:N'``), or the host when None. minichain has no ChainerX:
+    ``use_chainerx=True`` is a ValueError."""
+    from minichain.device import get_device as device
+    if use_chainerx:
+        raise ValueError('get_device: minichain has no ChainerX '
+                         '(use_chainerx=True)')
+    return device('@numpy' if device_id is None else
+                  '@cupy:{}'.format(device_id))
 
 
 def __getattr__(name):

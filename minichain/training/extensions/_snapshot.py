@@ -3,6 +3,7 @@ import contextlib
 import numbers
 import os
 
+from minichain.serializers import DictionarySerializer
 from minichain.training import extension
 from minichain.training.extensions import _snapshot_files
 from minichain.training.extensions._snapshot_files import stale_temporaries
@@ -38,6 +39,11 @@ class Snapshot(extension.Extension):
             matching file in ``trainer.out``, if any, into the target with
             ``serializers.load_npz``: a restarted job goes on where it
             stopped.
+        condition: ``condition()`` is asked at each trigger; a snapshot is
+            written only when it returns True (None: always).
+        writer: Chainer's writer protocol: ``writer(name, out, arrays)``
+            writes ``arrays`` (the target as a ``{key: array}`` dict) itself,
+            instead of ``savefun`` (e.g. in a thread of its own).
 
     Attributes:
         last_iteration: the iteration of the last snapshot written (None
@@ -48,10 +54,14 @@ class Snapshot(extension.Extension):
     priority = extension.PRIORITY_SNAPSHOT
 
     def __init__(self, target=None, filename='snapshot_iter_{.updater.'
-                 'iteration}', savefun=None, n_retains=None, autoload=False):
+                 'iteration}', savefun=None, n_retains=None, autoload=False,
+                 condition=None, writer=None):
+        if savefun is not None and writer is not None:
+            raise TypeError('snapshot: give savefun or writer, not both')
         self._target = target
-        self._filename = filename
+        self.filename = filename
         self._savefun = savefun or _default_savefun
+        self.condition, self.writer = condition, writer
         if n_retains is not None:
             if (not isinstance(n_retains, numbers.Integral)
                     or isinstance(n_retains, bool) or n_retains == 0):
@@ -71,11 +81,16 @@ class Snapshot(extension.Extension):
         """With ``autoload``, load the newest matching snapshot, if any."""
         if not self.autoload:
             return
-        path = _snapshot_files.newest(trainer.out, self._filename)
+        path = _snapshot_files.newest(trainer.out, self.filename)
         if path is not None:
             from minichain.serializers import load_npz
             load_npz(path, trainer if self._target is None else self._target)
             self.autoloaded = path
+
+    @property
+    def target(self):
+        """The object saved (None: the trainer)."""
+        return self._target
 
     @property
     def default_name(self):
@@ -83,8 +98,16 @@ class Snapshot(extension.Extension):
         return 'snapshot' if self._target is None else 'snapshot_object'
 
     def __call__(self, trainer):
+        if self.condition is not None and not self.condition():
+            return
         target = trainer if self._target is None else self._target
-        name = self._filename.format(trainer)
+        name = self.filename.format(trainer)
+        if self.writer is not None:
+            arrays = DictionarySerializer()
+            arrays.save(target)
+            self.writer(name, trainer.out, arrays.target)
+            self.last_iteration = trainer.updater.iteration
+            return
         path = os.path.join(trainer.out, name)
         folder = os.path.dirname(path)
         if folder:
@@ -100,12 +123,13 @@ class Snapshot(extension.Extension):
             raise
         self.last_iteration = trainer.updater.iteration
         if self.n_retains is not None:
-            _snapshot_files.remove_stale(trainer.out, self._filename,
+            _snapshot_files.remove_stale(trainer.out, self.filename,
                                          self.n_retains, path)
 
 
 def snapshot(filename='snapshot_iter_{.updater.iteration}', savefun=None,
-             target=None, n_retains=None, autoload=False):
+             target=None, n_retains=None, autoload=False, *, condition=None,
+             writer=None):
     """An extension that saves the whole trainer (model, optimizer,
     iterators, updater, extensions) every epoch by default.
 
@@ -120,8 +144,10 @@ def snapshot(filename='snapshot_iter_{.updater.iteration}', savefun=None,
             all).
         autoload: resume from the newest snapshot file in ``trainer.out``
             when training starts, if there is one.
+        condition, writer: see :class:`Snapshot`.
     """
-    return Snapshot(target, filename, savefun, n_retains, autoload)
+    return Snapshot(target, filename, savefun, n_retains, autoload,
+                    condition, writer)
 
 
 def snapshot_object(target, filename, savefun=None, n_retains=None,

@@ -288,7 +288,7 @@ def local_errors_everywhere(comm):
         [1.0] if comm.rank == last else x), 'expected a NumPy or CuPy array')
     _same_on_every_rank(comm, msg)
     _expect_error(ValueError, lambda: dist.scatter_index(
-        0, comm), 'at least one example')
+        -1, comm), 'must be 0 or more, got n=-1')
     # An error one rank meets between collectives: the others raise it in
     # their next collective.
     def unreadable():

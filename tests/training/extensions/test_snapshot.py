@@ -107,6 +107,32 @@ def test_custom_savefun_receives_the_target(tmp_path):
     assert (tmp_path / 'out' / 'sub' / 'x').is_file()
 
 
+def test_condition_and_writer_as_chainer(tmp_path):
+    # Chainer's snapshot(condition=, writer=): condition() decides at each
+    # trigger; writer(name, out, arrays) writes the serialized target.
+    written, asked = [], []
+
+    def condition():
+        asked.append(1)
+        return len(asked) % 2 == 0   # every second epoch
+
+    def writer(name, out, arrays):
+        written.append((name, out, arrays['updater/iteration'].item()))
+        serializers.save_npz(os.path.join(out, name), arrays)
+
+    trainer = make_trainer(tmp_path, stop=(4, 'epoch'))
+    trainer.extend(extensions.snapshot(condition=condition, writer=writer))
+    trainer.run()
+    assert len(asked) == 4
+    assert written == [('snapshot_iter_10', str(tmp_path), 10),
+                       ('snapshot_iter_20', str(tmp_path), 20)]
+    again = make_trainer(tmp_path / 'again', stop=(4, 'epoch'))
+    serializers.load_npz(str(tmp_path / 'snapshot_iter_20'), again)
+    assert again.updater.iteration == 20
+    with pytest.raises(TypeError, match='savefun or writer, not both'):
+        extensions.snapshot(savefun=print, writer=writer)
+
+
 def test_n_retains_keeps_the_newest_snapshots(tmp_path):
     trainer = make_trainer(tmp_path, stop=(4, 'epoch'))
     trainer.extend(extensions.snapshot(n_retains=2))
