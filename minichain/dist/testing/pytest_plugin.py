@@ -153,11 +153,16 @@ class InJob:
 
     def start(self):
         """Called as the session starts, on every rank together."""
-        if self.gather and self.size > 1 and relaunch.have_mpi4py():
+        if self.size > 1 and relaunch.have_mpi4py():
             from mpi4py import MPI
-            self.comm = MPI.COMM_WORLD.Dup()
-            # A test's job may be killed at its timeout: no files left.
-            shm_files.release_after_init(self.comm, MPI.COMM_WORLD)
+            world = MPI.COMM_WORLD
+            if self.gather:
+                self.comm = world.Dup()
+            else:
+                world.Barrier()
+            # A test's job may be killed at its timeout, or a peer plugin's
+            # end when one rank fails: no files left (shm_files).
+            shm_files.release_after_init(world, world)
 
     def exchange(self, item, report):
         """Send this phase's outcome to rank 0; there, fold every rank's
