@@ -33,9 +33,9 @@ MPI itself; ``-m "not mpi"`` deselects both kinds. Turn the plugin off with
 
 ``@pytest.mark.minichain_mpi(ranks=..., timeout=...)`` is the same mark under
 a name no other plugin has. While ``pytest-isolate-mpi`` is active, ``mpi``
-marks are its own; beside ``pytest-mpi`` only ``mpi(ranks=...)`` ones stay
-ours (:mod:`.peers`). With either, a job the user started reports from
-every rank.
+marks are its own, beside ``pytest-mpi`` only ``mpi(ranks=...)`` ones stay
+ours, unless the project sets ``minichain_owns_mpi_mark = true``
+(:mod:`.peers`). With either, a job the user started reports from every rank.
 """
 import faulthandler
 import os
@@ -246,6 +246,12 @@ def _wait_for(ready, seconds):
 
 
 # -- hooks ---------------------------------------------------------------------
+def pytest_addoption(parser):
+    parser.addini(peers.OWNS_INI, type='bool', default=False,
+                  help='every @pytest.mark.mpi of this project is minichain'
+                  '\'s, whatever other MPI plugin is installed')
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     if config.pluginmanager.is_blocked(OLD_NAME):
@@ -253,6 +259,8 @@ def pytest_configure(config):
             '-p no:{}: the plugin is named {} since 2026-12; write -p no:{}'
             .format(OLD_NAME, __name__, __name__))
     peer = peers.active_peer(config)
+    if config.getini(peers.OWNS_INI):
+        config.pluginmanager.register(peers.Claim(config), peers.OWNS_INI)
     what = ('(ranks=[2, 3], timeout=300): run the test as an MPI job of each '
             'rank count ({}); a bare mark only labels a test that starts MPI '
             'itself'.format(__name__))
