@@ -76,6 +76,8 @@ def test_another_ratio_is_stated_without_a_cause():
                          'element)') and 'which is' not in note, note
     assert _ratio_note(want * 0 + 1, want * 0) == \
         'step 1, the gradients: no ratio to state'
+    assert _ratio_note(want[:1], want) == \
+        'step 1, the gradients: no ratio to state'  # shapes differ
     assert not _mismatches(want, want)  # and no note without a mismatch
 
 

@@ -133,10 +133,9 @@ def _ratio_line(what, size, pairs, tol):
     single-process ones over a group, whether it explains every element,
     and then the likely cause when it is the number of ranks or its
     inverse."""
-    got = numpy.concatenate([g.ravel() for _, g, w in pairs
-                             if g.shape == w.shape])
-    want = numpy.concatenate([w.ravel() for _, g, w in pairs
-                              if g.shape == w.shape])
+    same = [(g.ravel(), w.ravel()) for _, g, w in pairs if g.shape == w.shape]
+    got = numpy.concatenate([g for g, _ in same] + [numpy.zeros(0)])
+    want = numpy.concatenate([w for _, w in same] + [numpy.zeros(0)])
     norm = float(want @ want)
     if not norm or not numpy.isfinite(got).all():
         return '{}: no ratio to state'.format(what)

@@ -92,7 +92,6 @@ def our_mark(node):
     return None
 
 
-
 class Claim:
     """The hooks that make every ``mpi`` mark of the project this plugin's
     (registered when its configuration says ``minichain_owns_mpi_mark``):
