@@ -16,7 +16,6 @@ import collections
 import contextlib
 import math
 import numbers
-import warnings
 
 from minichain import backend, kernels
 from minichain.serializers.base import Deserializer
@@ -377,24 +376,3 @@ class GradientMethod(Optimizer):
         super().serialize(serializer)
         for name, param in self.target.namedparams():
             self._rule_of(param).serialize(serializer[name])
-
-
-
-def __getattr__(name):
-    """Chainer v3's paths of two optimizer hooks, in older scripts
-    (``chainer.optimizer.WeightDecay(5e-4)``): they warn, as Chainer v4+
-    does, and are made on first use (the hooks' module imports this one)."""
-    if name not in ('WeightDecay', 'GradientClipping'):
-        raise AttributeError('module minichain.optimizer has no attribute '
-                             '{!r}'.format(name))
-    from minichain import optimizer_hooks
-    hook = getattr(optimizer_hooks, name)
-
-    def __init__(self, *args, **kwargs):
-        warnings.warn('minichain.optimizer.{0} (chainer.optimizer.{0}) is '
-                      'deprecated, as in Chainer v4: use minichain.'
-                      'optimizer_hooks.{0}'.format(name), DeprecationWarning,
-                      stacklevel=2)
-        hook.__init__(self, *args, **kwargs)
-    globals()[name] = type(name, (hook,), {'__init__': __init__})
-    return globals()[name]
