@@ -18,9 +18,12 @@ $(STAMP): setup.cfg pyproject.toml
 	touch $(STAMP)
 
 # MINICHAIN_REQUIRE_MPI: a multi-rank test fails (saying what to install)
-# instead of skipping when no launcher is found.
+# instead of skipping when no launcher is found. MINICHAIN_CHECK_LEFTOVERS:
+# the session's last test fails if it left files in /dev/shm or /tmp
+# (tests/test_leftovers.py; the machine must be ours alone).
 test: $(STAMP)
-	MINICHAIN_REQUIRE_MPI=1 $(VENV)/bin/python -m pytest
+	MINICHAIN_REQUIRE_MPI=1 MINICHAIN_CHECK_LEFTOVERS=1 \
+	  $(VENV)/bin/python -m pytest
 
 # `make test-peeled`: the lesson without its layers (tests/peel.py): a copy
 # of the package with every layer folder and its `# layer:` line deleted
@@ -95,7 +98,8 @@ clean:
 OMPI_VENV := .venv-openmpi
 OMPI_STAMP := $(OMPI_VENV)/.installed
 OMPI_BIN ?=
-OMPI_TESTS ?= tests/dist tests/models tests/test_docs.py
+OMPI_TESTS ?= tests/dist tests/models tests/test_docs.py \
+	tests/test_leftovers.py
 # Debian names Open MPI's programs mpicc.openmpi and mpirun.openmpi (a
 # shell expression: it is looked up when the recipe line runs).
 OMPI_PROG = $(if $(OMPI_BIN),$(OMPI_BIN)/$(1),$$(command -v $(1).openmpi \
@@ -124,7 +128,7 @@ $(OMPI_STAMP): setup.cfg pyproject.toml
 
 test-openmpi: $(OMPI_STAMP)
 	MINICHAIN_MPIEXEC=$(call OMPI_PROG,mpirun) MINICHAIN_REQUIRE_MPI=1 \
-	  $(OMPI_VENV)/bin/python -m pytest $(OMPI_TESTS)
+	  MINICHAIN_CHECK_LEFTOVERS=1 $(OMPI_VENV)/bin/python -m pytest $(OMPI_TESTS)
 
 # `make test-slurm`: a one-node Slurm on this machine (.ci/slurm-cluster
 # starts munged, slurmctld and slurmd as root, installing Debian's

@@ -4,11 +4,14 @@ Register with ``opt.add_hook(hook)``; both hooks here run before the step
 (``timing = 'pre'``) and edit gradients. They rebind ``param.grad`` to a new
 array instead of writing into it, because a gradient array may be shared
 between parameters or be a read-only broadcast view (see
-``minichain.optimizer``).
+``minichain.optimizer``). The last lines put both under Chainer v3's
+paths too (``chainer.optimizer.WeightDecay``), deprecated.
 """
+import warnings
+
 import numpy
 
-from minichain import backend
+from minichain import backend, optimizer
 from minichain.optimizer import check_hyperparameter
 
 __all__ = ['WeightDecay', 'GradientClipping']
@@ -93,3 +96,21 @@ class GradientClipping:
             return  # on the host the test is free: skip the copies
         for param in params:
             param.grad = param.grad * rate.astype(param.grad.dtype)
+
+
+def _old_path(hook):
+    """``hook`` under its path before Chainer v4, ``chainer.optimizer.<name>``,
+    still met in older scripts: it warns, as Chainer v4+ does."""
+    def __init__(self, *args, **kwargs):
+        warnings.warn('minichain.optimizer.{0} (chainer.optimizer.{0}) is '
+                      'deprecated, as in Chainer v4: use minichain.'
+                      'optimizer_hooks.{0}'.format(hook.__name__),
+                      DeprecationWarning, stacklevel=2)
+        hook.__init__(self, *args, **kwargs)
+    return type(hook.__name__, (hook,), {'__init__': __init__,
+                                         '__module__': optimizer.__name__})
+
+
+# Installed from here: minichain.optimizer does not import its hooks.
+optimizer.WeightDecay = _old_path(WeightDecay)
+optimizer.GradientClipping = _old_path(GradientClipping)

@@ -10,6 +10,13 @@ HTML comment on a line of its own (docs/README.md explains them):
     <!-- docs-test: gpu -->           the page runs only when a GPU exists
     <!-- docs-test: mpiexec -n N -->  the page runs as N MPI ranks
 
+The code that does not run here is checked without running it
+(tests/_docs_names.py): blocks marked not to run, the branch of a
+top-level ``if`` that was not taken (``if gpu:`` without a GPU), and the
+whole of a page skipped here (a GPU page without a GPU, a skip-page):
+names defined, imports done, attributes present, calls that bind to their
+function's signature.
+
 Usage as a script (what the mpiexec mode launches on every rank):
 ``python tests/test_docs.py docs/page.md``.
 """
@@ -136,7 +143,8 @@ def read_page(path):
 def run_page(page):
     """Execute the page's runnable blocks in order in one fresh namespace.
 
-    Line numbers in tracebacks are those of the Markdown page.
+    Line numbers in tracebacks are those of the Markdown page. Then the
+    code that did not run is checked (:func:`check_unrun`).
 
     Raises:
         AssertionError naming the page and the block's first line, chained
@@ -155,7 +163,19 @@ def run_page(page):
                                  'raised {}: {}'.format(page.name, block.line,
                                                         type(e).__name__, e)
                                  ) from e
+    check_unrun(page, namespace)
     return namespace
+
+
+def check_unrun(page, namespace, all_blocks=False):
+    """Raise AssertionError listing, by page line, what is wrong in the code
+    of ``page`` that did not run (every block with ``all_blocks``)."""
+    from tests._docs_names import unrun_errors
+    errors = unrun_errors(page, namespace, all_blocks)
+    if errors:
+        raise AssertionError('{}: code that does not run here is wrong:\n{}'
+                             .format(page.name, '\n'.join(
+                                 '  line {}: {}'.format(*e) for e in errors)))
 
 
 def _page_param(path):
@@ -189,11 +209,14 @@ def clean_state(tmp_path, monkeypatch):
 def test_page(path, clean_state):
     page = read_page(path)
     if page.skip:
+        check_unrun(page, {'__name__': '__main__'}, all_blocks=True)
         pytest.skip('{}: {}'.format(page.name, page.skip))
     if page.gpu:
         from minichain import backend
         if not backend.gpu_available():
-            pytest.skip('{} needs a CUDA GPU'.format(page.name))
+            check_unrun(page, {'__name__': '__main__'}, all_blocks=True)
+            pytest.skip('{} needs a CUDA GPU (its code was checked without '
+                        'running)'.format(page.name))
     if not page.nprocs:
         run_page(page)
         return
@@ -353,11 +376,11 @@ def test_mpiexec_mode_runs_every_rank(tmp_path):
 if __name__ == '__main__':  # a rank of _run_under_mpiexec
     from mpi4py import MPI
 
+    # after the package's folder: make test-peeled puts a copy first
+    sys.path.append(str(ROOT))  # tests._docs_names
+    from minichain.dist import shm_files
     # A page that fails ends in mpi4py's MPI_Abort, which skips MPICH's
-    # cleanup: unlink its files now, as minichain's guards do (where they
-    # are installed: make test-peeled deletes them).
+    # cleanup: unlink its files now, as minichain's communicators do.
     MPI.COMM_WORLD.Barrier()
-    if installed('guards'):
-        from minichain.dist import shm_files
-        shm_files.release_after_init(MPI.COMM_WORLD, MPI.COMM_WORLD)
+    shm_files.release_after_init(MPI.COMM_WORLD, MPI.COMM_WORLD)
     run_page(read_page(sys.argv[1]))

@@ -132,3 +132,29 @@ def test_hooks_together_run_in_registration_order():
 def test_bad_arguments(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+@pytest.mark.parametrize('name, arg', [('WeightDecay', 0.1),
+                                       ('GradientClipping', 2.5)])
+def test_chainer_v3_paths_of_the_hooks_warn_and_do_the_same(name, arg):
+    # chainer.optimizer.WeightDecay (Chainer v7.8.1: a subclass of the
+    # optimizer_hooks one that warns DeprecationWarning, naming the new path)
+    from minichain import optimizer
+    old = getattr(optimizer, name)
+    assert old is getattr(optimizer, name)  # made once
+    assert issubclass(old, getattr(optimizer_hooks, name))
+    with pytest.warns(DeprecationWarning, match='use minichain.optimizer_'
+                      'hooks.{}'.format(name)):
+        hook = old(arg)
+    params = []
+    for h in (hook, getattr(optimizer_hooks, name)(arg)):
+        link = Holder(a=[1.0, -2.0])
+        opt = optimizers.SGD(lr=0.5).setup(link)
+        opt.add_hook(h)
+        assert name in opt._pre_hooks  # the name of the new one
+        link.a.grad = numpy.array([3.0, 4.0])
+        opt.update()
+        params.append(link.a.array)
+    numpy.testing.assert_array_equal(*params)
+    with pytest.raises(AttributeError, match="no attribute 'Lasso'"):
+        optimizer.Lasso

@@ -1,4 +1,4 @@
-"""Losses: softmax_cross_entropy and mean_squared_error."""
+"""Losses: softmax_cross_entropy, mean_squared_error and squared_error."""
 import contextlib
 import math
 
@@ -11,7 +11,8 @@ from minichain.functions import activation as _activation
 from minichain.functions import array as _array
 from minichain.functions._check import check_float, check_same_dtype, unwrap
 
-__all__ = ['softmax_cross_entropy', 'mean_squared_error']
+__all__ = ['softmax_cross_entropy', 'mean_squared_error', 'squared_error',
+           'squared_difference']
 
 
 def _sum_dtype(dtype):
@@ -199,6 +200,16 @@ def mean_squared_error(x0, x1):
         Variable of shape () with the dtype of the inputs.
     """
     name = 'mean_squared_error'
+    a = _check_pair(name, x0, x1)
+    if a.size == 0:
+        raise ValueError('{}: inputs are empty (shape {})'
+                         .format(name, a.shape))
+    return MeanSquaredError().apply((x0, x1))[0]
+
+
+def _check_pair(name, x0, x1):
+    """Raise unless ``x0`` and ``x1`` are float arrays of one shape and
+    dtype; returns ``x0``'s array."""
     a, b = unwrap(x0), unwrap(x1)
     check_float(name, a, 'x0')
     check_float(name, b, 'x1')
@@ -206,7 +217,37 @@ def mean_squared_error(x0, x1):
     if a.shape != b.shape:
         raise ValueError('{}: x0 and x1 must have one shape, got {} and {}'
                          .format(name, a.shape, b.shape))
-    if a.size == 0:
-        raise ValueError('{}: inputs are empty (shape {})'
-                         .format(name, a.shape))
-    return MeanSquaredError().apply((x0, x1))[0]
+    return a
+
+
+class SquaredError(FunctionNode):
+    def forward(self, inputs):
+        self.retain_inputs((0, 1))
+        x0, x1 = inputs
+        diff = x0 - x1
+        return backend.get_array_module(x0).asarray(diff * diff),
+
+    def backward(self, indexes, grad_outputs):
+        x0, x1 = self.get_retained_inputs()
+        g0 = grad_outputs[0] * (x0 - x1) * 2.0
+        return tuple(g0 if i == 0 else -g0 for i in indexes)
+
+
+def squared_error(x0, x1):
+    """Elementwise squared difference, ``(x0 - x1) ** 2``, not halved and
+    not reduced (Chainer's ``F.squared_error``; reduce it yourself, e.g.
+    ``F.mean(F.squared_error(y, t))`` is :func:`mean_squared_error`).
+
+    Args:
+        x0, x1: float Variables or ndarrays of one shape and dtype.
+    Returns:
+        Variable of that shape and dtype.
+    """
+    _check_pair('squared_error', x0, x1)
+    return SquaredError().apply((x0, x1))[0]
+
+
+def squared_difference(x1, x2):
+    """:func:`squared_error` under Chainer's other name (and argument
+    names)."""
+    return squared_error(x1, x2)

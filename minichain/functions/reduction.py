@@ -1,4 +1,5 @@
-"""Reductions: sum, mean, max, min, logsumexp.
+"""Reductions: sum, mean (and its weighted form, average), max, min,
+logsumexp.
 
 Each backward reshapes the output gradient back to keepdims form and
 broadcasts it over the reduced axes (max/min then mask it).
@@ -7,11 +8,12 @@ from minichain import backend
 from minichain.function_node import FunctionNode
 from minichain.variable import Variable
 from minichain.functions import array as _array
+from minichain.functions import basic_math as _math
 from minichain.functions.math import exp
 from minichain.functions._check import (check_array, check_float,
                                         normalize_axis, unwrap)
 
-__all__ = ['sum', 'mean', 'max', 'min', 'logsumexp']
+__all__ = ['sum', 'mean', 'average', 'max', 'min', 'logsumexp']
 
 
 def _keepdims_shape(in_shape, axis):
@@ -99,6 +101,45 @@ def mean(x, axis=None, keepdims=False):
     axis = normalize_axis('mean', axis, xa.ndim)
     _check_nonempty('mean', xa.shape, axis)
     return Mean(axis, keepdims).apply((x,))[0]
+
+
+def average(x, axis=None, weights=None, keepdims=False):
+    """Weighted mean over ``axis``: ``sum(x * w, axis) / sum(w)``, made of
+    other functions (Chainer's ``F.average``); without weights,
+    :func:`mean`.
+
+    Args:
+        x: float Variable or ndarray.
+        axis: None (all axes) or an int; a tuple of ints only without
+            weights.
+        weights: None, or a Variable or ndarray of ``x``'s dtype: of
+            ``x``'s shape when ``axis`` is None, else of shape
+            ``(x.shape[axis],)``. Gradients flow to it too.
+        keepdims: keep reduced axes with length 1.
+    Returns:
+        Variable of the reduced shape.
+    Raises:
+        ValueError: a tuple axis with weights, or weights of another shape.
+    """
+    if weights is None:
+        return mean(x, axis, keepdims)
+    xa, wa = unwrap(x), unwrap(weights)
+    check_float('average', xa, 'x')
+    check_array('average', wa, 'weights')
+    axis = normalize_axis('average', axis, xa.ndim)
+    if axis is not None and len(axis) > 1:
+        raise ValueError('average: axis {} has several axes; with weights '
+                         'only None or one axis'.format(axis))
+    want = xa.shape if axis is None else (xa.shape[axis[0]],)
+    if wa.shape != want:
+        raise ValueError('average: weights of shape {} for x of shape {} '
+                         'and axis {}: expected shape {}'.format(
+                             wa.shape, xa.shape, axis, want))
+    total = sum(weights)
+    if axis is not None:  # along the axis, the same weight in every row
+        lined_up = [d if i in axis else 1 for i, d in enumerate(xa.shape)]
+        weights = _array.reshape(weights, lined_up)
+    return _math.div(sum(_math.mul(x, weights), axis, keepdims), total)
 
 
 class _Extremum(FunctionNode):

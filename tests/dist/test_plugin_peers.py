@@ -8,6 +8,7 @@ finds its entry point there as it would in site-packages, and mpi4py still
 finds this venv's MPICH (it looks beside ``sys.prefix``, which a fresh venv
 would move). Skipped, saying why, when pip cannot reach the index.
 """
+import json
 import os
 import subprocess
 import sys
@@ -27,12 +28,31 @@ _OFFLINE = ('Could not find a version', 'No matching distribution',
             'ProxyError', 'Connection refused')
 
 ISOLATE_TESTS = '''
+import json
+import os
+
 import numpy
 import pytest
 
 import minichain
 from minichain import dist, links as L
 from minichain.dist.testing import assert_data_parallel_equivalent
+
+
+def mpich_files():
+    """MPICH's segment that this rank maps and Hydra's topology file that
+    its proxy holds, by name, unlinked already or not."""
+    with open('/proc/self/maps') as f:
+        found = {line.split(None, 5)[5].rstrip() for line in f
+                 if '/dev/shm/mpich_shm_' in line}
+    fds = '/proc/{}/fd'.format(os.getppid())
+    for fd in os.listdir(fds):
+        try:
+            found.add(os.readlink(os.path.join(fds, fd)))
+        except OSError:
+            pass
+    return sorted(name.replace(' (deleted)', '') for name in found
+                  if 'mpich_shm_' in name or 'hydra_hwloc_xmlfile_' in name)
 
 
 @pytest.mark.mpi(ranks=2, timeout=120, unit="s")
@@ -44,7 +64,11 @@ def test_theirs(mpi_ranks):
 @pytest.mark.mpi(ranks=2, timeout=120, unit="s")
 def test_theirs_fails():
     from mpi4py import MPI
-    assert MPI.COMM_WORLD.rank == 0, 'theirs: rank 1 disagrees'
+    rank = MPI.COMM_WORLD.rank
+    with open(os.path.join(os.environ['TMPDIR'], 'files{}.json'.format(
+            rank)), 'w') as f:  # MPICH's and Hydra's, maybe unlinked yet
+        json.dump(mpich_files(), f)
+    assert rank == 0, 'theirs: rank 1 disagrees'
 
 
 @pytest.mark.mpi(ranks=[2], timeout=120)
@@ -163,6 +187,7 @@ def _start(folder, files, args, peer_dir, mpiexec_n=None, env=None):
 
 class Session:
     def __init__(self, proc, folder):
+        self.folder = folder
         out, _ = proc.communicate(timeout=600)
         self.returncode, self.output = proc.returncode, out.decode(
             errors='replace')
@@ -251,6 +276,23 @@ def test_beside_pytest_isolate_mpi_each_failure_has_its_plugins_report(
                            'body); passed on rank 0.'), text
     assert text.count('AssertionError: ours: rank 1 disagrees') == 1, text
     assert s.returncode == 1, s.output
+
+
+@pytest.mark.mpi
+def test_beside_pytest_isolate_mpi_a_failed_job_leaves_no_mpich_files(
+        sessions):
+    # Its job of test_theirs_fails ends with rank 1's exit status 1, and
+    # Hydra kills rank 0 before MPICH removes its files: our plugin, in
+    # each rank too, unlinks them once every rank has opened them.
+    s = sessions['isolate']
+    names = set()
+    for rank in (0, 1):
+        names.update(json.loads((s.folder / 'files{}.json'.format(rank))
+                                .read_text()))
+    if launcher.flavor() == 'mpich':  # the job had both (else no proof)
+        assert {n.split('_')[1] for n in map(os.path.basename, names)} == \
+            {'shm', 'hwloc'}, names
+    assert not [n for n in names if os.path.exists(n)], names
 
 
 @pytest.mark.mpi

@@ -33,6 +33,54 @@ def test_float64_tolerance_is_1e_10_of_the_largest_reference_value():
         want[:2], want)[0]
 
 
+def _ratio_note(got, want, size=2, rtol=1e-10):
+    out, notes = [], []
+    equivalence._compare_group([('a', got[:2], want[:2]), ('b', got[2:],
+                                                           want[2:])],
+                               0, rtol, 0.0, out, ('step 1, the gradients',
+                                                   size, notes))
+    assert out and len(notes) == 1, (out, notes)
+    return notes[0]
+
+
+@pytest.mark.parametrize('size', [2, 3])
+def test_gradients_summed_over_the_ranks_are_named(size):
+    want = numpy.array([0.5, -1.0, 2.0, 3e-3])
+    note = _ratio_note(want * size, want, size)
+    assert note.startswith('step 1, the gradients: data-parallel / '
+                           'single-process = {} for every element, which is '
+                           '{} = the number of ranks: the gradients are '
+                           'summed over the ranks, not averaged'.format(
+                               size, size)), note
+
+
+@pytest.mark.parametrize('size', [2, 4])
+def test_a_loss_summed_over_the_batch_is_named(size):
+    want = numpy.array([0.5, -1.0, 2.0, 3e-3])
+    note = _ratio_note(want / size, want, size, rtol=1e-4)
+    assert note.startswith('step 1, the gradients: data-parallel / '
+                           'single-process = {:.6g} for every element, which '
+                           'is 1/{} = one over the number of ranks: most '
+                           'likely the loss is summed over the batch instead '
+                           'of averaged'.format(1 / size, size)), note
+
+
+def test_another_ratio_is_stated_without_a_cause():
+    want = numpy.array([0.5, -1.0, 2.0, 3e-3])
+    note = _ratio_note(want * 1.5, want)
+    assert note == ('step 1, the gradients: data-parallel / single-process '
+                    '= 1.5 for every element'), note
+    # Not one ratio (here 2 for a and 1 for b): the fit, said to be one.
+    note = _ratio_note(want * [2, 2, 1, 1], want)
+    assert note.endswith('(least squares; no one ratio fits every '
+                         'element)') and 'which is' not in note, note
+    assert _ratio_note(want * 0 + 1, want * 0) == \
+        'step 1, the gradients: no ratio to state'
+    assert _ratio_note(want[:1], want) == \
+        'step 1, the gradients: no ratio to state'  # shapes differ
+    assert not _mismatches(want, want)  # and no note without a mismatch
+
+
 class _Quadratic(minichain.Link):
     """loss = sum(w * w) / 2, so the gradient is w."""
 

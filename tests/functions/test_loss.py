@@ -171,14 +171,44 @@ def test_mse_double_backward():
                           eps=1e-5, atol=1e-6, rtol=1e-5)
 
 
-def test_mse_errors():
+@pytest.mark.parametrize('name', ['mean_squared_error', 'squared_error'])
+def test_squared_error_errors(name):
+    f = getattr(F, name)
     with pytest.raises(ValueError,
-                       match=r'mean_squared_error: .*\(2, 3\) and \(3, 2\)'):
-        F.mean_squared_error(_randn((2, 3)), _randn((3, 2)))
-    with pytest.raises(TypeError, match=r'mean_squared_error: .*float32'):
-        F.mean_squared_error(_randn((2, 3)), _randn((2, 3), 0, numpy.float32))
-    with pytest.raises(TypeError, match=r'mean_squared_error: x1 .*int64'):
-        F.mean_squared_error(_randn((2,)), numpy.arange(2))
+                       match=name + r': .*\(2, 3\) and \(3, 2\)'):
+        f(_randn((2, 3)), _randn((3, 2)))
+    with pytest.raises(TypeError, match=name + r': .*float32'):
+        f(_randn((2, 3)), _randn((2, 3), 0, numpy.float32))
+    with pytest.raises(TypeError, match=name + r': x1 .*int64'):
+        f(_randn((2,)), numpy.arange(2))
+
+
+def test_squared_error_is_chainers():
+    # Chainer v7.8.1's docstring example: not halved, not reduced.
+    x1 = numpy.arange(6).astype(numpy.float32)
+    x2 = numpy.array([5, 4, 3, 2, 1, 0]).astype(numpy.float32)
+    for f in (F.squared_error, F.squared_difference):
+        y = f(x1, x2)
+        assert y.shape == (6,) and y.dtype == numpy.float32
+        numpy.testing.assert_array_equal(y.array, [25, 9, 1, 1, 9, 25])
+    assert F.squared_error(numpy.array(3.0), numpy.array(1.0)).array == 4
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('shape', [(4, 3), ()])
+def test_squared_error_backward(shape, dtype):
+    # As Chainer's test_squared_error.py: gradients of both inputs, twice.
+    eps, atol, rtol = TOL[dtype]
+    a, b = _randn(shape, 0, dtype), _randn(shape, 1, dtype)
+    y = F.squared_error(a, b)
+    numpy.testing.assert_allclose(y.array, (a - b) ** 2, rtol=1e-6)
+    gy = _randn(shape, 2, dtype)
+    check_backward(F.squared_error, (a, b), gy, eps=eps, atol=atol,
+                   rtol=rtol)
+    if dtype == numpy.float64:
+        check_double_backward(F.squared_error, (a, b), gy,
+                              (_randn(shape, 3), _randn(shape, 4)),
+                              eps=1e-5, atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.gpu

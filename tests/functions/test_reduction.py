@@ -164,3 +164,50 @@ def test_empty_reduction(name):
     with pytest.raises(ValueError, match=r'{}: .*empty.*\(2, 0\)'
                        .format(name)):
         _call(name, numpy.zeros((2, 0)), 1, False)
+
+
+# F.average against Chainer v7.8.1's own test of it (test_average.py):
+# numpy.average is the reference, weights of x's shape for axis None and of
+# x.shape[axis] for one axis, no weights with a tuple axis, a () input too.
+AVERAGE_CASES = [((3, 2, 4), axis, weighted, keepdims)
+                 for axis in (None, 0, 1, 2, -1, (0, 1), (1, -1))
+                 for weighted in (False, True) for keepdims in (False, True)
+                 if not (weighted and isinstance(axis, tuple))] + [
+    ((), None, weighted, keepdims) for weighted in (False, True)
+    for keepdims in (False, True)]
+
+
+def _weights(shape, axis, dtype):
+    w_shape = shape if axis is None else (shape[axis],)
+    w = rand(w_shape, dtype, -2, 2, seed=1)
+    w.flat[0] += 3 if w.sum() >= 0 else -3  # far from summing to 0
+    return w
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shape,axis,weighted,keepdims', AVERAGE_CASES)
+def test_average_is_numpy_average(shape, axis, weighted, keepdims, dtype):
+    x = rand(shape, dtype)
+    w = _weights(shape, axis, dtype) if weighted else None
+    y = F.average(x, axis=axis, weights=w, keepdims=keepdims)
+    want = numpy.average(x.astype(numpy.float64), axis=axis, weights=w)
+    if keepdims:  # numpy.average has no keepdims
+        want = want.reshape(numpy.mean(x, axis=axis, keepdims=True).shape)
+    assert y.shape == numpy.shape(want) and y.dtype == dtype
+    numpy.testing.assert_allclose(y.array, want, rtol=1e-5)
+    inputs = (x,) if w is None else (x, w)
+    grad_check(lambda *v: F.average(v[0], axis, *v[1:], keepdims=keepdims),
+               inputs, dtype)
+
+
+def test_average_refuses_what_chainer_does():
+    x = numpy.zeros((3, 2))
+    with pytest.raises(ValueError, match=r'average: axis \(0, 1\) has '
+                       'several axes; with weights only None or one axis'):
+        F.average(x, (0, 1), numpy.ones(6))
+    with pytest.raises(ValueError, match=r'average: weights of shape \(3,\) '
+                       r'for x of shape \(3, 2\) and axis \(1,\): expected '
+                       r'shape \(2,\)'):
+        F.average(x, 1, numpy.ones(3))
+    with pytest.raises(TypeError, match='average: x .*int64'):
+        F.average(numpy.arange(3), weights=numpy.ones(3))

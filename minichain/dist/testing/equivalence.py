@@ -79,17 +79,20 @@ def _one_process_reference(model, comm):
     return alone
 
 
-def _compare_group(pairs, rank, rtol, atol, out):
+def _compare_group(pairs, rank, rtol, atol, out, ratio_of=None):
     """Compare ``[(what, got, want)]``; errors are measured against the
     largest ``|want|`` of the whole group (all gradients of a step, all
     parameters): a gradient that is zero up to roundoff (a bias followed by
-    batch normalization) then does not fail on noise."""
+    batch normalization) then does not fail on noise. ``ratio_of``
+    ``(what, size, notes)``: on a mismatch, a line on the ratio of the
+    group's values goes to ``notes`` (:func:`_ratio_line`)."""
     pairs = [(what, backend.to_cpu(got).astype(numpy.float64),
               backend.to_cpu(want).astype(numpy.float64))
              for what, got, want in pairs]
     scale = max([float(numpy.abs(w).max()) for _, _, w in pairs if w.size]
                 + [0.0])
     tol = atol + rtol * scale
+    first = len(out)
     for what, got, want in pairs:
         if got.shape != want.shape:
             out.append('{} on rank {}: shape {} vs single-process {}'.format(
@@ -108,6 +111,43 @@ def _compare_group(pairs, rank, rtol, atol, out):
                     what, rank, tuple(int(i) for i in worst),
                     float(got[worst]), float(want[worst]), float(err[worst]),
                     tol, atol, rtol, scale))
+    if ratio_of and len(out) > first:
+        what, size, notes = ratio_of
+        notes.append(_ratio_line(what, size, pairs, tol))
+
+
+# A ratio of the data-parallel gradients to one process's that is the
+# number of ranks, or its inverse, has a likely cause.
+_CAUSES = (
+    (lambda size: size, '{size} = the number of ranks: the gradients are '
+     'summed over the ranks, not averaged (an allreduce without the '
+     'division by the number of ranks, or a loss multiplied by it)'),
+    (lambda size: 1.0 / size, '1/{size} = one over the number of ranks: '
+     'most likely the loss is summed over the batch instead of averaged '
+     '(each rank\'s sum covers 1/{size} of the examples): return a mean, '
+     'as F.softmax_cross_entropy and F.mean_squared_error do'))
+
+
+def _ratio_line(what, size, pairs, tol):
+    """The least-squares ratio of the data-parallel values to the
+    single-process ones over a group, whether it explains every element,
+    and then the likely cause when it is the number of ranks or its
+    inverse."""
+    same = [(g.ravel(), w.ravel()) for _, g, w in pairs if g.shape == w.shape]
+    got = numpy.concatenate([g for g, _ in same] + [numpy.zeros(0)])
+    want = numpy.concatenate([w for _, w in same] + [numpy.zeros(0)])
+    norm = float(want @ want)
+    if not norm or not numpy.isfinite(got).all():
+        return '{}: no ratio to state'.format(what)
+    ratio = float(got @ want) / norm
+    line = '{}: data-parallel / single-process = {:.6g}'.format(what, ratio)
+    if float(numpy.abs(got - ratio * want).max()) > tol:
+        return line + ' (least squares; no one ratio fits every element)'
+    line += ' for every element'
+    for value, cause in _CAUSES:
+        if abs(ratio - value(size)) <= 1e-3 * value(size):
+            return '{}, which is {}'.format(line, cause.format(size=size))
+    return line
 
 
 def assert_data_parallel_equivalent(make_model, x, t, comm, lossfun=None,
@@ -169,7 +209,10 @@ def assert_data_parallel_equivalent(make_model, x, t, comm, lossfun=None,
         NotEnoughRanksError: ``comm`` has a single rank (a ValueError).
         ValueError: bad ``local_sizes`` or an unknown option.
         AssertionError: on every rank, naming each step, parameter, rank
-            and worst element that differ.
+            and worst element that differ, led by the ratio of the
+            gradients of each step that differs (and its likely cause when
+            it is the number of ranks or its inverse: gradients summed
+            over the ranks, or a loss summed over the batch).
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not ours
     options = dict(multi_node_options or {})
@@ -209,7 +252,7 @@ def assert_data_parallel_equivalent(make_model, x, t, comm, lossfun=None,
         dp_opt.update()  # broadcasts rank 0's parameters and persistents
         ref.copyparams(dp)
         ref_opt = _LaggedOptimizer(make_optimizer().setup(ref), lag)
-        failures = []
+        failures, notes = [], []  # notes: what the failures suggest
 
         def ref_loss():  # the global micro-batches, each by its share
             return sum(lossfun(ref, x[i], t[i]) * (len(i) / n) for i in whole)
@@ -226,8 +269,8 @@ def assert_data_parallel_equivalent(make_model, x, t, comm, lossfun=None,
                     in zip(ref.namedparams(), dp.namedparams())],
                     rank, rtol, atol, failures)
             elif stepped:
-                _compare_gradients(ref, dp, call - lag, rank, rtol, atol,
-                                   failures)
+                _compare_gradients(ref, dp, call - lag, size, rank, rtol,
+                                   atol, failures, notes)
         _compare_state(ref, dp, steps, rank, rtol, atol, check_persistents,
                        failures)
         if dp_opt.t != ref_opt.optimizer.t:
@@ -236,15 +279,17 @@ def assert_data_parallel_equivalent(make_model, x, t, comm, lossfun=None,
                             '{}'.format(rank, dp_opt.t, ref_opt.optimizer.t))
     finally:
         alone.finalize()
-    every = [line for lines in comm.allgather_obj(failures) for line in lines]
+    everyone = comm.allgather_obj((failures, notes))
+    every = [line for lines, _ in everyone for line in lines]
     if every:
-        shown = every[:_MAX_LINES]
-        more = len(every) - len(shown)
+        shown = list(dict.fromkeys(n for _, ns in everyone for n in ns)) + \
+            every[:_MAX_LINES]
+        more = len(every) - _MAX_LINES
         raise AssertionError(
             'assert_data_parallel_equivalent: data-parallel training on {} '
             'ranks differs from one process ({} mismatches):\n  {}{}'.format(
                 size, len(every), '\n  '.join(shown),
-                '\n  ... and {} more'.format(more) if more else ''))
+                '\n  ... and {} more'.format(more) if more > 0 else ''))
 
 
 def _micro_batches(local_sizes, k, rank):
@@ -284,7 +329,8 @@ class _LaggedOptimizer:
         return True
 
 
-def _compare_gradients(ref, dp, step, rank, rtol, atol, failures):
+def _compare_gradients(ref, dp, step, size, rank, rtol, atol, failures,
+                       notes):
     pairs = []
     for (name, pr), (_, pd) in zip(ref.namedparams(), dp.namedparams()):
         if pr.grad is None and pd.grad is None:
@@ -295,7 +341,8 @@ def _compare_gradients(ref, dp, step, rank, rtol, atol, failures):
             continue
         pairs.append(('step {}, gradient of {}'.format(step, name), pd.grad,
                       pr.grad))
-    _compare_group(pairs, rank, rtol, atol, failures)
+    _compare_group(pairs, rank, rtol, atol, failures,
+                   ('step {}, the gradients'.format(step), size, notes))
 
 
 def _compare_state(ref, dp, steps, rank, rtol, atol, check_persistents,

@@ -20,9 +20,22 @@ rule is:
 
 Peers are found among the plugins pytest registered (entry points, ``-p``,
 ``pytest_plugins``), so ``-p no:pytest_mpi`` turns the rule off again.
+
+A project whose ``mpi`` marks are all minichain's says so in its pytest
+configuration, ``minichain_owns_mpi_mark = true`` (minichain's own
+setup.cfg does): each ``mpi`` mark is then renamed ``minichain_mpi`` as
+its test is collected, before any other plugin sees it, so that its tests
+run under this plugin whatever else is installed, working or broken;
+``-m mpi`` still selects them.
 """
+import inspect
+import re
+
+import pytest
+
 MARK = 'mpi'
 OWN_MARK = 'minichain_mpi'
+OWNS_INI = 'minichain_owns_mpi_mark'
 
 # The top-level module of each peer -> its distribution's name.
 PEERS = {'pytest_isolate_mpi': 'pytest-isolate-mpi', 'pytest_mpi': 'pytest-mpi'}
@@ -77,3 +90,41 @@ def our_mark(node):
             'min_size' not in mark.kwargs:
         return mark
     return None
+
+
+class Claim:
+    """The hooks that make every ``mpi`` mark of the project this plugin's
+    (registered when its configuration says ``minichain_owns_mpi_mark``):
+    a mark is renamed before another plugin sees it, and ``-m`` follows."""
+
+    def __init__(self, config):
+        expr = config.option.markexpr or ''
+        config.option.markexpr = re.sub(r'\bmpi\b(?!\s*\()', '({} or {})'
+                                        .format(MARK, OWN_MARK), expr)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pycollect_makeitem(self, collector, name, obj):
+        """Before a test function or class becomes items: its marks, and
+        those of its module or class (``pytestmark``)."""
+        collector.own_markers[:] = _renamed(collector.own_markers)
+        marks = getattr(obj, 'pytestmark', None) if (
+            inspect.isfunction(obj) or inspect.isclass(obj)) else None
+        if marks:
+            obj.pytestmark = _renamed(marks if isinstance(marks, list)
+                                      else [marks])
+
+    def pytest_itemcollected(self, item):
+        """The marks of a ``pytest.param(..., marks=...)``."""
+        item.own_markers[:] = _renamed(item.own_markers)
+
+
+def _renamed(marks):
+    """``marks`` (Marks or MarkDecorators), each ``mpi`` one renamed."""
+    out = []
+    for mark in marks:
+        mark = getattr(mark, 'mark', mark)
+        if mark.name == MARK:
+            mark = getattr(pytest.mark, OWN_MARK).with_args(
+                *mark.args, **mark.kwargs).mark
+        out.append(mark)
+    return out

@@ -33,9 +33,9 @@ MPI itself; ``-m "not mpi"`` deselects both kinds. Turn the plugin off with
 
 ``@pytest.mark.minichain_mpi(ranks=..., timeout=...)`` is the same mark under
 a name no other plugin has. While ``pytest-isolate-mpi`` is active, ``mpi``
-marks are its own; beside ``pytest-mpi`` only ``mpi(ranks=...)`` ones stay
-ours (:mod:`.peers`). With either, a job the user started reports from
-every rank.
+marks are its own, beside ``pytest-mpi`` only ``mpi(ranks=...)`` ones stay
+ours, unless the project sets ``minichain_owns_mpi_mark = true``
+(:mod:`.peers`). With either, a job the user started reports from every rank.
 """
 import faulthandler
 import os
@@ -150,11 +150,16 @@ class InJob:
 
     def start(self):
         """Called as the session starts, on every rank together."""
-        if self.gather and self.size > 1 and relaunch.have_mpi4py():
+        if self.size > 1 and relaunch.have_mpi4py():
             from mpi4py import MPI
-            self.comm = MPI.COMM_WORLD.Dup()
-            # A test's job may be killed at its timeout: no files left.
-            shm_files.release_after_init(self.comm, MPI.COMM_WORLD)
+            world = MPI.COMM_WORLD
+            if self.gather:
+                self.comm = world.Dup()
+            else:
+                world.Barrier()
+            # A test's job may be killed at its timeout, or a peer plugin's
+            # end when one rank fails: no files left (shm_files).
+            shm_files.release_after_init(world, world)
 
     def exchange(self, item, report):
         """Send this phase's outcome to rank 0; there, fold every rank's
@@ -238,9 +243,17 @@ def _wait_for(ready, seconds):
 
 
 # -- hooks ---------------------------------------------------------------------
+def pytest_addoption(parser):
+    parser.addini(peers.OWNS_INI, type='bool', default=False,
+                  help='every @pytest.mark.mpi of this project is minichain'
+                  '\'s, whatever other MPI plugin is installed')
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     peer = peers.active_peer(config)
+    if config.getini(peers.OWNS_INI):
+        config.pluginmanager.register(peers.Claim(config), peers.OWNS_INI)
     what = ('(ranks=[2, 3], timeout=300): run the test as an MPI job of each '
             'rank count ({}); a bare mark only labels a test that starts MPI '
             'itself'.format(__name__))

@@ -17,6 +17,7 @@ MODEL_CHECKS = ('closed_form', 'bcast_data', 'zero_fill', 'missing_grad_error',
                 'layout_change', 'mismatch_error', 'uninitialized_bcast',
                 'optimizer_wrapper', 'equivalence_mlp', 'equivalence_convnet',
                 'equivalence_resnet_mnbn', 'negative_control_per_rank_bn',
+                'negative_control_summed_loss',
                 'unequal_batches_mnbn', 'equivalence_options',
                 'equivalence_shard_state')
 GENERIC_CHECKS = ('ranks_and_factory', 'array_collectives',

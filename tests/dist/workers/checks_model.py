@@ -213,6 +213,24 @@ def negative_control_per_rank_bn(comm):
                   'data-parallel', 'rtol 1e-10')
 
 
+def negative_control_summed_loss(comm):
+    """A loss summed over the batch instead of averaged: with equal shards
+    every gradient is 1/size of one process's, and the message says why."""
+    x, t = _data()
+
+    def run():
+        _equivalent(comm, lambda: M.seeded(M.ConvNet, comm.rank), x, t, comm,
+                    lossfun=lambda model, x, t: minichain.functions.sum(
+                        minichain.functions.softmax_cross_entropy(
+                            model(x), t, reduce='no')))
+    if comm.size == 1:
+        return run()
+    _expect_error(AssertionError, run, 'step 1, the gradients: data-'
+                  'parallel / single-process = {:.6g} for every element, '
+                  'which is 1/{}'.format(1 / comm.size, comm.size),
+                  'the loss is summed over the batch instead of averaged')
+
+
 def unequal_batches_mnbn(comm):
     x, t = _data(n=13)
     sizes = [1, 5, 2, 4][:comm.size]
