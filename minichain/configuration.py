@@ -21,7 +21,12 @@ _DEFAULTS = {
     # oneDNN's CPU kernels (minichain/kernels/onednn): 'auto' (when the
     # library loads), 'always' (an error when it cannot), 'never'.
     'use_onednn': os.environ.get('MINICHAIN_ONEDNN', 'auto'),
+    # How float32 matrix products and convolutions may round their factors
+    # (oneDNN's fpmath mode, cuBLAS's compute type): 'strict' (float32),
+    # 'bf16' (bfloat16 factors, float32 sums), 'tf32' (the GPU's TF32).
+    'fp32_math': os.environ.get('MINICHAIN_FP32_MATH', 'strict'),
 }
+FP32_MATH = ('strict', 'bf16', 'tf32')
 
 
 class _Config(threading.local):
@@ -64,6 +69,16 @@ def using_config(name, value):
             yield
         finally:
             delattr(config, name)
+
+
+def fp32_math():
+    """``config.fp32_math``, checked: 'strict', 'bf16' or 'tf32'."""
+    mode = config.fp32_math
+    if mode not in FP32_MATH:
+        raise ValueError('config.fp32_math must be one of {}, got {!r} '
+                         '(MINICHAIN_FP32_MATH sets its default)'.format(
+                             ', '.join(map(repr, FP32_MATH)), mode))
+    return mode
 
 
 def no_backprop_mode():

@@ -22,6 +22,7 @@ geometry oneDNN has no optimized code for.
 import numpy
 
 from minichain.kernels.onednn import _dnnl as L
+from minichain.kernels.onednn import _fpmath
 from minichain.kernels.onednn._plan import Plan, cached
 
 
@@ -72,13 +73,23 @@ def _on_nhwc(k, y_shape):
             or y_shape[2] * y_shape[3] >= _NHWC_MIN_PIXELS)
 
 
-def _mds(nhwc, x_shape, w_shape, y_shape):
-    """The primitive's mds of (input, weights, output): the activations on
-    NHWC when ``nhwc``, else oneDNN's choice (``format_tag_any``: the
-    blocked layout of its direct 3x3 and 7x7 kernels); weights always
-    its choice (reordered from OIHW by the plan)."""
+def _mds(nhwc, x_shape, w_shape, y_shape, dts=(L.F32,) * 3):
+    """The primitive's mds of (input, weights, output), of data types
+    ``dts``: the activations on NHWC when ``nhwc``, else oneDNN's choice
+    (``format_tag_any``: the blocked layout of its direct 3x3 and 7x7
+    kernels); weights always its choice (reordered from OIHW by the
+    plan)."""
     act = L.channels_last if nhwc else L.any_layout
-    return act(x_shape), L.any_layout(w_shape), act(y_shape)
+    return (act(x_shape, dts[0]), L.any_layout(w_shape, dts[1]),
+            act(y_shape, dts[2]))
+
+
+def _dts(math, out):
+    """Data types of (input, weights, output) under ``math``: the two
+    factors in bfloat16 under 'bf16' (``_fpmath.py``), position ``out``
+    (what the primitive writes) float32."""
+    low = _fpmath.dt(math)
+    return tuple(L.F32 if i == out else low for i in range(3))
 
 
 def _usable(node, y_shape, *arrays):
@@ -112,9 +123,10 @@ def convolution_2d(node, inputs):
             or (b is not None and b.dtype != x.dtype)):
         return None
     geo = _geometry(x.shape[2:], out, k, node.stride, node.pad, node.dilate)
+    math = _fpmath.mode()
     key = ('conv', x.shape, x.strides, W.shape, W.strides,
-           None if b is None else b.strides, geo)
-    plan = cached(key, lambda: _forward_plan(x, W, b, y_shape, geo))
+           None if b is None else b.strides, geo, math)
+    plan = cached(key, lambda: _forward_plan(x, W, b, y_shape, geo, math))
     if plan is None:
         return None
     node.retain_inputs((0, 1))
@@ -124,12 +136,13 @@ def convolution_2d(node, inputs):
     return plan(args)[L.ARG_DST],
 
 
-def _forward_plan(x, W, b, y_shape, geo):
+def _forward_plan(x, W, b, y_shape, geo, math):
     user = {L.ARG_SRC: L.of(x), L.ARG_WEIGHTS: L.of(W)}
     if None in user.values():
         return None
     bias_md = None if b is None else L.of(b)
-    mds = _mds(_on_nhwc(W.shape[2:], y_shape), x.shape, W.shape, y_shape)
+    mds = _mds(_on_nhwc(W.shape[2:], y_shape), x.shape, W.shape, y_shape,
+               _dts(math, 2))
     pd = _forward_pd(*mds, geo, bias_md)
     args = (L.ARG_SRC, L.ARG_WEIGHTS, L.ARG_DST) + (
         () if b is None else (L.ARG_BIAS,))
@@ -149,8 +162,11 @@ def deconvolution_2d(node, inputs):
         return None
     geo = _geometry(node.outsize, gy.shape[2:], k, node.stride, node.pad,
                     node.dilate)
-    key = ('deconv', gy.shape, gy.strides, W.shape, W.strides, gx_shape, geo)
-    plan = cached(key, lambda: _backward_data_plan(gy, W, gx_shape, geo))
+    math = _fpmath.mode()
+    key = ('deconv', gy.shape, gy.strides, W.shape, W.strides, gx_shape, geo,
+           math)
+    plan = cached(key, lambda: _backward_data_plan(gy, W, gx_shape, geo,
+                                                   math))
     if plan is None:
         return None
     node.retain_inputs((0, 1))
@@ -160,14 +176,16 @@ def deconvolution_2d(node, inputs):
     return gx,
 
 
-def _backward_data_plan(gy, W, gx_shape, geo):
+def _backward_data_plan(gy, W, gx_shape, geo, math):
     user = {L.ARG_DIFF_DST: L.of(gy), L.ARG_WEIGHTS: L.of(W)}
     if None in user.values():
         return None
     strides, dil, pad_l, pad_r = geo
-    diff_src, w, diff_dst = _mds(_on_nhwc(W.shape[2:], gy.shape), gx_shape,
-                                 W.shape, gy.shape)
-    hint = _forward_pd(diff_src, w, diff_dst, geo)
+    nhwc = _on_nhwc(W.shape[2:], gy.shape)
+    diff_src, w, diff_dst = _mds(nhwc, gx_shape, W.shape, gy.shape,
+                                 _dts(math, 0))
+    hint = _forward_pd(*_mds(nhwc, gx_shape, W.shape, gy.shape,
+                             _dts(math, 2)), geo)
     pd = L.PrimitiveDesc(
         'dnnl_convolution_backward_data_primitive_desc_create',
         lambda pd: L.lib.dnnl_convolution_backward_data_primitive_desc_create(
@@ -188,22 +206,27 @@ def convolution_2d_grad_w(node, inputs):
     w_shape = node.w_shape
     geo = _geometry(x.shape[2:], gy.shape[2:], w_shape[2:], node.stride,
                     node.pad, node.dilate)
-    key = ('grad_w', x.shape, x.strides, gy.shape, gy.strides, w_shape, geo)
-    plan = cached(key, lambda: _backward_weights_plan(x, gy, w_shape, geo))
+    math = _fpmath.mode()
+    key = ('grad_w', x.shape, x.strides, gy.shape, gy.strides, w_shape, geo,
+           math)
+    plan = cached(key, lambda: _backward_weights_plan(x, gy, w_shape, geo,
+                                                      math))
     if plan is None:
         return None
     node.retain_inputs((0, 1))
     return plan({L.ARG_SRC: x, L.ARG_DIFF_DST: gy})[L.ARG_DIFF_WEIGHTS],
 
 
-def _backward_weights_plan(x, gy, w_shape, geo):
+def _backward_weights_plan(x, gy, w_shape, geo, math):
     user = {L.ARG_SRC: L.of(x), L.ARG_DIFF_DST: L.of(gy)}
     if None in user.values():
         return None
     strides, dil, pad_l, pad_r = geo
-    src, diff_w, diff_dst = _mds(_on_nhwc(w_shape[2:], gy.shape), x.shape,
-                                 w_shape, gy.shape)
-    hint = _forward_pd(src, diff_w, diff_dst, geo)
+    nhwc = _on_nhwc(w_shape[2:], gy.shape)
+    src, diff_w, diff_dst = _mds(nhwc, x.shape, w_shape, gy.shape,
+                                 _dts(math, 1))
+    hint = _forward_pd(*_mds(nhwc, x.shape, w_shape, gy.shape,
+                             _dts(math, 2)), geo)
     create = L.lib.dnnl_convolution_backward_weights_primitive_desc_create
     pd = L.PrimitiveDesc(
         'dnnl_convolution_backward_weights_primitive_desc_create',
