@@ -198,6 +198,14 @@ def is_array(x):
     return cp is not None and isinstance(x, cp.ndarray)
 
 
+def is_float(dtype):
+    """Whether ``dtype`` is a floating-point type: NumPy's (kind 'f') or
+    ``ml_dtypes.bfloat16``, which NumPy lists as kind 'V' (a type it does
+    not know) and which mixed16 puts activations in on the CPU."""
+    dtype = numpy.dtype(dtype)
+    return dtype.kind == 'f' or dtype.name == 'bfloat16'
+
+
 def get_array_module(*args):
     """Return ``cupy`` if any argument lives on the GPU, else ``numpy``.
 

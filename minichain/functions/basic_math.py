@@ -250,6 +250,10 @@ def _is_scalar(x):
     return isinstance(x, (int, float, numpy.generic))
 
 
+def _inexact(dtype):
+    return dtype.kind == 'c' or backend.is_float(dtype)
+
+
 def _operand(other, like, name):
     """A Variable stays itself; scalars and arrays take ``like``'s dtype.
 
@@ -266,7 +270,7 @@ def _operand(other, like, name):
     try:
         cast = (other.astype(like.dtype, copy=False) if backend.is_array(
             other) else as_array(other, like.array))
-        changed = like.dtype.kind not in 'fc' and bool((cast != other).any())
+        changed = not _inexact(like.dtype) and bool((cast != other).any())
     except OverflowError:  # NumPy 2: a Python int outside the dtype's range
         changed = True
     if changed:
@@ -295,7 +299,7 @@ def _rhs(op):
 
 
 def _pow_method(self, other):
-    if _is_scalar(other) and self.dtype.kind in 'fc':
+    if _is_scalar(other) and _inexact(self.dtype):
         return pow(self, other)
     other = _operand(other, self, 'pow')
     return other if other is NotImplemented else pow(self, other)
