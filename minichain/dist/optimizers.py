@@ -114,8 +114,9 @@ class MultiNodeOptimizer:
         on_gpu = target.device_id >= 0
         with timeline.span('forward', sync=on_gpu):
             loss = lossfun(*args, **kwds)
+        scale = getattr(self.actual_optimizer, 'loss_scale', None)
         with timeline.span('backward', sync=on_gpu):
-            loss.backward()
+            (loss if scale is None else loss * scale).backward()
 
     # The wrapper stands in for the optimizer: a name it does not keep in
     # its own __dict__ is the wrapped optimizer's.
@@ -159,7 +160,11 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
       ``MultiNodeBatchNormalization`` (see ``create_mnbn_model``);
     * with ``nan_check`` a non-finite averaged gradient skips the update
       and raises :class:`NonFiniteGradientError` on every rank, naming the
-      ranks whose own gradient was not finite. No message is added: a
+      ranks whose own gradient was not finite; with dynamic loss scaling
+      (``loss_scaling()``, mixed16) it skips the update and halves the
+      scale on every rank instead, with no message added: the inf or NaN
+      of one rank travels in the average to all (not with
+      ``shard_state``). No message is added: a
       non-finite value on any rank is non-finite in the sum on every rank,
       so each rank checks its averaged gradient (one reduction per
       parameter; on the GPU one read of one value, which waits for the
@@ -260,7 +265,9 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
         averaging = AfterBackward(communicator, zero_fill, step_count,
                                   accumulate)
     if nan_check:
-        averaging = CheckFinite(averaging, communicator, step_count)
+        averaging = CheckFinite(averaging, communicator, step_count,
+                                lambda: getattr(actual_optimizer,
+                                                'dynamic_loss_scaling', False))
     if accumulate > 1:
         averaging = Accumulate(averaging)
     return MultiNodeOptimizer(actual_optimizer, communicator, averaging)

@@ -71,17 +71,20 @@ def all_finite(arrays):
 
 class CheckFinite(Wrapper):
     """Raises :class:`NonFiniteGradientError` on every rank, before the
-    step, when the averaged gradient is not finite.
+    step, when the averaged gradient is not finite, unless the optimizer
+    skips such a step itself (dynamic loss scaling: every rank sees the
+    same inf or NaN in the average, skips and halves its scale).
 
     Args:
         inner: the averaging checked.
         comm: its communicator (gathers the culprits on the error path).
         step_count: returns the optimizer's update count.
+        skips: returns whether the optimizer skips a non-finite step.
     """
 
-    def __init__(self, inner, comm, step_count):
+    def __init__(self, inner, comm, step_count, skips=lambda: False):
         super().__init__(inner)
-        self.comm, self.step_count = comm, step_count
+        self.comm, self.step_count, self.skips = comm, step_count, skips
 
     def average(self, model, has_data=None):
         # This rank's own gradients: the averaging replaces them, and they
@@ -93,7 +96,7 @@ class CheckFinite(Wrapper):
         return n
 
     def _check(self, model, local):
-        if self.inner.agree_finite(all_finite(
+        if self.skips() or self.inner.agree_finite(all_finite(
                 self.inner.averaged_grads(model))):
             return
         mine = [n for n, g in local if g is not None and not all_finite([g])]
