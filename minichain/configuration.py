@@ -14,7 +14,9 @@ _DEFAULTS = {
     'enable_backprop': True,   # record the graph during forward
     'train': True,             # dropout on, batch norm uses batch statistics
     'debug': False,            # NaN checks; input-value checks that sync a GPU
-    'dtype': 'float32',        # default dtype of initializers
+    # default dtype of initializers and data; 'mixed16': float32
+    # parameters, 16-bit activations (Chainer's mixed16; links/_mixed16.py)
+    'dtype': 'float32',
     # Registered kernels (minichain/kernels) may run instead of the ops'
     # bodies; off, every op runs its plain NumPy/CuPy body.
     'use_kernels': os.environ.get('MINICHAIN_KERNELS', '1') != '0',
@@ -99,8 +101,8 @@ def get_dtype(dtype=None, map_mixed16=None):
     Args:
         dtype: a dtype specifier; None means ``config.dtype``.
         map_mixed16: used instead when the dtype is Chainer's ``'mixed16'``
-            (float16 if None). minichain has no mixed16 mode; this keeps
-            scripts that pass it working.
+            (float16 if None, as Chainer's; the initializers pass float32,
+            the parameters' dtype under mixed16).
 
     Returns:
         a ``numpy.dtype``.

@@ -124,7 +124,8 @@ class MatMul(FunctionNode):
     def forward(self, inputs):
         self.retain_inputs((0, 1))
         a, b = inputs
-        return a @ b,
+        # astype: NumPy's matmul of ml_dtypes' bfloat16 returns float32
+        return (a @ b).astype(a.dtype, copy=False),
 
     def backward(self, indexes, grad_outputs):
         a, b = self.get_retained_inputs()

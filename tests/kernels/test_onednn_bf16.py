@@ -197,3 +197,25 @@ def test_tf32_on_the_cpu_is_float32_and_said(monkeypatch):
         "config.fp32_math is 'tf32' but TF32 is a GPU mode: the CPU "
         "computes in float32 (said once)"]
     assert y[0, 0, 1, 1] == 18.0
+
+
+@pytest.mark.parametrize('n,i,o', [(32, 784, 100), (5, 7, 3)])
+def test_bfloat16_arrays_take_the_linear_kernels_in_any_mode(n, i, o):
+    # mixed16's activations on the CPU: the kernels read bfloat16 as it is
+    # and round their float32 sums to bfloat16, as the bodies do: the two
+    # differ by a float32 summation order and the bfloat16 roundings (the
+    # body's linear rounds x W^T before adding b: of the products' size).
+    ml_dtypes = pytest.importorskip('ml_dtypes')
+    rng = numpy.random.default_rng(n)
+    x, W, b, gy = (_rand(rng, s).astype(ml_dtypes.bfloat16)
+                   for s in ((n, i), (o, i), o, (n, o)))
+    for make, inputs, terms in ((LinearFunction, (x, W, b), i + 1),
+                                (MatMul, (gy, W), o), (MatMul, (gy.T, x), n)):
+        node = make()
+        got, = minichain.kernels.registered(make, 'onednn')(node, inputs)
+        ref, = make().forward(inputs)
+        assert got.dtype == ref.dtype == x.dtype
+        wide = [a.astype(numpy.float64) for a in inputs]
+        mag = make().forward(tuple(abs(a) for a in wide))[0]
+        bound = (4 * U16 + 2 * terms * U32) * mag
+        assert numpy.all(abs(got.astype(numpy.float64) - ref) <= bound)

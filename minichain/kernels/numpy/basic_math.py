@@ -9,7 +9,8 @@ from minichain.kernels.numpy import _cpu_kernels
 
 def matmul(node, inputs):
     a, b = inputs
-    if not (isinstance(a, numpy.ndarray) and isinstance(b, numpy.ndarray)):
+    if not (isinstance(a, numpy.ndarray) and isinstance(b, numpy.ndarray)
+            ) or a.dtype.kind == 'V':  # ml_dtypes' bfloat16: the body's
         return None
     node.retain_inputs((0, 1))
     return _cpu_kernels.matmul(a, b),

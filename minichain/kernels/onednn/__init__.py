@@ -66,10 +66,21 @@ def enabled():
     return False
 
 
+def bf16_compute():
+    """(whether ``config.fp32_math = 'bf16'`` computes in bfloat16 on this
+    CPU, oneDNN's name of the instructions it dispatches to or why it
+    cannot): what a program that turns bf16 on where it pays asks first
+    (models/train_resnet50.py)."""
+    if not available():
+        return False, 'oneDNN is not installed'
+    isa = _fpmath.effective_isa()[0]
+    return _fpmath.has_bf16(), isa
+
+
 def _gated(kernel, bf16_only=False):
     """The kernel, declining whenever :func:`enabled` says no (and, when
-    ``bf16_only``, unless ``config.fp32_math`` is 'bf16' and the CPU has
-    the instructions: ``_fpmath.py``)."""
+    ``bf16_only``, unless the arrays are bfloat16 or ``config.fp32_math``
+    is 'bf16' and the CPU has the instructions: ``_fpmath.py``)."""
     def run(node, inputs):
         math = fp32_math()    # checked at every call, whatever runs
         if not enabled():
@@ -78,7 +89,8 @@ def _gated(kernel, bf16_only=False):
                     _load_error or 'use_onednn is {!r}'.format(
                         config.use_onednn)))
             return None
-        if bf16_only and (math != 'bf16' or _fpmath.mode() != 'bf16'):
+        if bf16_only and inputs[0].dtype.name != 'bfloat16' and (
+                math != 'bf16' or _fpmath.mode() != 'bf16'):
             return None
         return kernel(node, inputs)
     run.__name__ = run.__qualname__ = kernel.__name__
