@@ -67,9 +67,13 @@ def torch_resnet(arch='resnet50', stem='imagenet', n_classes=1000):
     return nn.Sequential(*layers)
 
 
-def torch_step(arch, stem, batch, size, threads, device='cpu'):
+def torch_step(arch, stem, batch, size, threads, device='cpu',
+               autocast=False):
     """A function running one PyTorch step (forward, loss, backward, SGD);
-    returns its seconds."""
+    returns its seconds. ``autocast``: forward and loss under
+    ``torch.autocast(device, dtype=torch.bfloat16)`` (PyTorch's mixed
+    precision: bfloat16 products and activations, float32 parameters)."""
+    import contextlib
     import torch
     torch.manual_seed(0)
     torch.set_num_threads(threads)
@@ -82,7 +86,10 @@ def torch_step(arch, stem, batch, size, threads, device='cpu'):
     def step():
         start = time.perf_counter()
         opt.zero_grad()
-        lossf(model(x), t).backward()
+        with (torch.autocast(device, dtype=torch.bfloat16) if autocast
+              else contextlib.nullcontext()):
+            loss = lossf(model(x), t)
+        loss.backward()
         opt.step()
         if device != 'cpu':
             torch.cuda.synchronize()
