@@ -76,9 +76,10 @@ def _check(make_node, inputs, terms):
 
 
 @needs_bf16
+@pytest.mark.usefixtures('every_size')    # the sizes declined for speed too
 @pytest.mark.parametrize('spec', CONVS[::3], ids=lambda s:
                          'n{}c{}h{}o{}k{}s{}p{}'.format(*s))
-def test_convolutions_compute_in_bf16_within_its_bound(spec, every_size):
+def test_convolutions_compute_in_bf16_within_its_bound(spec):
     n, c, h, o, k, s, p = spec
     oh = (h + 2 * p - k) // s + 1
     rng = numpy.random.default_rng(sum(spec))
