@@ -5,7 +5,7 @@ import numpy
 import pytest
 
 import minichain
-from minichain import functions as F, links as L, optimizers
+from minichain import functions as F, initializers, links as L, optimizers
 
 ml_dtypes = pytest.importorskip('ml_dtypes')
 BF16 = numpy.dtype(ml_dtypes.bfloat16)
@@ -66,6 +66,7 @@ def test_batch_normalization_computes_in_float32():
 
 
 def test_mixed16_gradients_are_float32_ones_within_bfloat16s_rounding():
+    initializers.set_random_seed(2)
     x, t = _data(2)
     ref = L.Classifier(_Net())
     ref(x, t)                                     # lazy initialization
@@ -80,12 +81,14 @@ def test_mixed16_gradients_are_float32_ones_within_bfloat16s_rounding():
         numpy.float32
     # Each gradient is a sum of products of bfloat16 activations (8 bits);
     # where its terms cancel (beta's: a sum over 150 pixels; the conv's
-    # bias before batch normalization: zero but for roundoff) it is off by
-    # several times eps of the largest gradient: 10% of it here, where a
-    # wrong cast, scale or dtype is off by 100%.
-    scale = max(abs(p.grad).max() for p in ref.params())
+    # bias before batch normalization: zero but for roundoff), or where a
+    # value next to ReLU's kink rounds to the other side, single elements
+    # are off by up to 8% of the largest gradient (20 seeds). In norm, the
+    # worst of 20 seeds was 2.4% of the largest gradient's: 10% here,
+    # where a wrong cast, scale or dtype is off by 100%.
+    scale = max(numpy.linalg.norm(p.grad) for p in ref.params())
     for (name, p), (_, q) in zip(ref.namedparams(), low.namedparams()):
-        assert abs(q.grad - p.grad).max() <= 0.1 * scale, name
+        assert numpy.linalg.norm(q.grad - p.grad) <= 0.1 * scale, name
 
 
 def test_an_mlp_trains_under_mixed16_with_loss_scaling():
