@@ -230,6 +230,8 @@ def precision(args):
     has, isa = onednn.bf16_compute()
     if has:
         return 'bf16', 'bf16 compute ({})'.format(isa)
+    if isa.startswith('oneDNN'):
+        return 'strict', 'float32 ({})'.format(isa)
     return 'strict', 'float32 ({}: no bfloat16 instructions)'.format(isa)
 
 

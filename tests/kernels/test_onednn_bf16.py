@@ -169,7 +169,8 @@ for w in said:
 '''
 
 
-@pytest.mark.parametrize('env', [{'ONEDNN_MAX_CPU_ISA': 'AVX512_CORE'},
+@pytest.mark.parametrize('env', [{'ONEDNN_MAX_CPU_ISA': 'AVX512_CORE',
+                                  'MINICHAIN_ONEDNN': 'auto'},
                                  {'MINICHAIN_ONEDNN': 'never'}],
                          ids=['no-bf16-instructions', 'no-onednn'])
 def test_without_bf16_the_cpu_computes_float32_and_says_so_once(env):

@@ -168,14 +168,18 @@ def test_precision_is_bf16_where_the_cpu_has_it_and_said(tmp_path,
     has, isa = onednn.bf16_compute()
     tiny = ['--data', 'synthetic', '--train-subset', '4', '--val-subset', '4',
             '--iteration', '1'] + SMALL
-    cases = [([], {}, re.escape('bf16 compute ({})'.format(isa) if has else
-                                'float32 ({}: no bfloat16 instructions)'
-                                .format(isa))),
+    cases = [([], {}, re.escape(
+        'bf16 compute ({})'.format(isa) if has else 'float32 ({})'.format(
+            isa) if isa.startswith('oneDNN') else
+        'float32 ({}: no bfloat16 instructions)'.format(isa))),
              (['--precision', 'float32'], {}, 'float32'),
-             ([], {'ONEDNN_MAX_CPU_ISA': 'AVX512_CORE'},
-              r'float32 \(avx[0-9a-z_]*: no bfloat16 instructions\)')]
+             ([], {'ONEDNN_MAX_CPU_ISA': 'AVX512_CORE',
+                   'MINICHAIN_ONEDNN': 'auto'},
+              r'float32 \(avx[0-9a-z_]*: no bfloat16 instructions\)'),
+             ([], {'MINICHAIN_ONEDNN': 'never'},
+              re.escape('float32 (oneDNN is not in use)'))]
     if not onednn.available():
-        cases.pop()
+        del cases[2]
     for i, (extra, env, words) in enumerate(cases):
         for name, value in env.items():
             monkeypatch.setenv(name, value)

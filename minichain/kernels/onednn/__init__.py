@@ -71,8 +71,9 @@ def bf16_compute():
     CPU, oneDNN's name of the instructions it dispatches to or why it
     cannot): what a program that turns bf16 on where it pays asks first
     (models/train_resnet50.py)."""
-    if not available():
-        return False, 'oneDNN is not installed'
+    if not enabled():
+        return False, ('oneDNN is not in use' if available() else
+                       'oneDNN is not installed')
     isa = _fpmath.effective_isa()[0]
     return _fpmath.has_bf16(), isa
 
