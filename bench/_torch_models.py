@@ -68,10 +68,14 @@ def torch_resnet(arch='resnet50', stem='imagenet', n_classes=1000):
 
 
 def torch_step(arch, stem, batch, size, threads, device='cpu',
-               dtype='float32'):
+               dtype='float32', autocast=False):
     """A function running one PyTorch step (forward, loss, backward, SGD);
     returns its seconds. ``dtype`` float16: the model and the data in half
-    precision throughout, as minichain's float16 step (no autocast)."""
+    precision throughout, as minichain's float16 step (no autocast).
+    ``autocast``: forward and loss under ``torch.autocast(device,
+    dtype=torch.bfloat16)`` (PyTorch's mixed precision: bfloat16 products
+    and activations, float32 parameters)."""
+    import contextlib
     import torch
     torch.manual_seed(0)
     torch.set_num_threads(threads)
@@ -85,7 +89,10 @@ def torch_step(arch, stem, batch, size, threads, device='cpu',
     def step():
         start = time.perf_counter()
         opt.zero_grad()
-        lossf(model(x), t).backward()
+        with (torch.autocast(device, dtype=torch.bfloat16) if autocast
+              else contextlib.nullcontext()):
+            loss = lossf(model(x), t)
+        loss.backward()
         opt.step()
         if device != 'cpu':
             torch.cuda.synchronize()

@@ -27,6 +27,12 @@ With ``--never`` one more worker runs this checkout with
 ``MINICHAIN_ONEDNN=never`` (the NumPy path) in the same turns, and a line
 gives the oneDNN kernels' speed against it.
 
+With ``--bf16`` two more workers take the same turns: minichain with
+``MINICHAIN_FP32_MATH=bf16`` (the convolutions' factors in bfloat16,
+float32 sums: docs/precision.md) and PyTorch under ``torch.autocast('cpu',
+dtype=torch.bfloat16)``; lines give minichain bf16 against PyTorch bf16
+and against minichain float32.
+
 PyTorch is optional: without it the ratios are left out (``make bench``
 installs the CPU build into the bench's own environment).
 """
@@ -107,9 +113,10 @@ def minichain_step(batch, size, stem, root=ROOT):
     return step
 
 
-def torch_step(batch, size, stem, threads):
+def torch_step(batch, size, stem, threads, autocast=False):
     """A function running one PyTorch training step; returns its seconds."""
-    return _torch_models.torch_step('resnet50', stem, batch, size, threads)
+    return _torch_models.torch_step('resnet50', stem, batch, size, threads,
+                                    autocast=autocast)
 
 
 def worker(args):
@@ -117,7 +124,8 @@ def worker(args):
         step = minichain_step(args.batch, args.size, args.stem,
                               args.root or ROOT)
     else:
-        step = torch_step(args.batch, args.size, args.stem, args.threads)
+        step = torch_step(args.batch, args.size, args.stem, args.threads,
+                          args.autocast)
     _interleave.serve(step, args.warmup,
                       lambda: {'peak_rss_mib': resource.getrusage(
                           resource.RUSAGE_SELF).ru_maxrss / 1024.0})
@@ -126,17 +134,22 @@ def worker(args):
 def start(name, batch, size, stem, args):
     """A warmed-up worker process for framework ``name``."""
     cmd = [sys.executable, os.path.abspath(__file__), '--worker',
-           'minichain' if name in ('before', 'never') else name,
+           'torch' if name == 'torch-bf16' else 'minichain' if name in (
+               'before', 'never', 'bf16') else name,
            '--batch', str(batch), '--size', str(size), '--stem', stem,
            '--warmup', str(args.warmup), '--threads', str(args.threads)]
     if name == 'before':
         cmd += ['--root', args.against]
+    if name == 'torch-bf16':
+        cmd += ['--autocast']
     # BLAS reads its thread count when NumPy loads it: set it beforehand.
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.threads),
                OMP_NUM_THREADS=str(args.threads),
                MKL_NUM_THREADS=str(args.threads))
     if name == 'never':
         env['MINICHAIN_ONEDNN'] = 'never'
+    if name == 'bf16':
+        env['MINICHAIN_FP32_MATH'] = 'bf16'
     # OpenMP threads (oneDNN's, PyTorch's) sleep while waiting, as the
     # training script has them (bench/README.md, "oneDNN kernels"); the
     # environment's setting wins.
@@ -204,8 +217,12 @@ def main():
     p.add_argument('--never', action='store_true',
                    help='a worker with MINICHAIN_ONEDNN=never takes turns '
                         'too (the NumPy path)')
+    p.add_argument('--bf16', action='store_true',
+                   help='minichain with bfloat16 compute and PyTorch under '
+                        'bfloat16 autocast take turns too')
     p.add_argument('--worker', choices=['minichain', 'torch'],
                    help=argparse.SUPPRESS)
+    p.add_argument('--autocast', action='store_true', help=argparse.SUPPRESS)
     p.add_argument('--root', help=argparse.SUPPRESS)
     p.add_argument('--batch', type=int, help=argparse.SUPPRESS)
     p.add_argument('--size', type=int, help=argparse.SUPPRESS)
@@ -230,6 +247,8 @@ def main():
         names.insert(1, 'before')
     if args.never:
         names.insert(1, 'never')
+    if args.bf16:
+        names += ['bf16'] + (['torch-bf16'] if 'torch' in names else [])
     print('{} thread(s) per framework; workers take turns, {} s apart'
           .format(args.threads, args.gap))
     print('{:<10} {:>5} {:>4} {:>9} {:>8} {:>8} {:>6} {:>9}'.format(
@@ -260,22 +279,29 @@ def report(names, batch, size, stem, runs, peak):
         _ratio_line(runs, 'before', 'before', batch, size)
     if 'minichain' in names and 'never' in names:
         _ratio_line(runs, 'never', 'never', batch, size)
+    if 'bf16' in names and 'torch-bf16' in names:
+        _ratio_line(runs, 'torch-bf16', 'PyTorch bf16', batch, size, 'bf16')
+    if 'bf16' in names and 'minichain' in names:
+        _ratio_line(runs, 'minichain', 'minichain float32', batch, size,
+                    'bf16')
     return pairs
 
 
-def _ratio_line(runs, other, label, batch, size):
-    """Print minichain's speed and peak memory against worker ``other``
-    (its step time / minichain's, per round); returns the pair ratios."""
-    per_run = [[r[other] / r['minichain'] for r in rounds]
+def _ratio_line(runs, other, label, batch, size, mine='minichain'):
+    """Print worker ``mine``'s speed and peak memory against worker
+    ``other`` (its step time / mine's, per round); returns the pair
+    ratios."""
+    per_run = [[r[other] / r[mine] for r in rounds]
                for rounds, _ in runs]
     pairs = [v for run in per_run for v in run]
-    mem = (max(m['minichain'] for _, m in runs)
+    mem = (max(m[mine] for _, m in runs)
            / max(m[other] for _, m in runs))
     spread = '' if len(runs) < 2 else '; per run {}'.format(', '.join(
         '{:.2f}'.format(float(numpy.median(run))) for run in per_run))
-    print('  ratio minichain/{} at batch {} / {} px: speed {:.2f}x '
+    print('  ratio {}/{} at batch {} / {} px: speed {:.2f}x '
           '(median of {} step pairs, {:.2f}-{:.2f}{}), peak memory {:.2f}x'
-          .format(label, batch, size, float(numpy.median(pairs)), len(pairs),
+          .format('minichain' if mine == 'minichain' else 'minichain ' + mine,
+                  label, batch, size, float(numpy.median(pairs)), len(pairs),
                   min(pairs), max(pairs), spread, mem))
     return pairs
 

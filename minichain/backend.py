@@ -212,6 +212,30 @@ def is_array(x):
     return cp is not None and isinstance(x, cp.ndarray)
 
 
+def is_float(dtype):
+    """Whether ``dtype`` is a floating-point type: NumPy's (kind 'f') or
+    ``ml_dtypes.bfloat16``, which NumPy lists as kind 'V' (a type it does
+    not know) and which mixed16 puts activations in on the CPU."""
+    dtype = numpy.dtype(dtype)
+    return dtype.kind == 'f' or dtype.name == 'bfloat16'
+
+
+def mixed16_dtype(xp):
+    """The 16-bit float of mixed16 activations on ``xp``'s device: float16
+    on the GPU (tensor cores), ``ml_dtypes.bfloat16`` on the CPU, where
+    oneDNN has bfloat16 kernels and float16 would be emulated (and where
+    bfloat16's 8-bit exponent, float32's, needs no loss scaling)."""
+    if xp is not numpy:
+        return numpy.dtype(numpy.float16)
+    try:
+        import ml_dtypes
+    except ImportError as e:
+        raise RuntimeError('config.dtype mixed16 on the CPU keeps activations '
+                           'in bfloat16, which needs ml_dtypes: pip install '
+                           'ml_dtypes') from e
+    return numpy.dtype(ml_dtypes.bfloat16)
+
+
 def get_array_module(*args):
     """Return ``cupy`` if any argument lives on the GPU, else ``numpy``.
 

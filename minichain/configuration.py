@@ -14,7 +14,9 @@ _DEFAULTS = {
     'enable_backprop': True,   # record the graph during forward
     'train': True,             # dropout on, batch norm uses batch statistics
     'debug': False,            # NaN checks; input-value checks that sync a GPU
-    'dtype': 'float32',        # default dtype of initializers
+    # default dtype of initializers and data; 'mixed16': float32
+    # parameters, 16-bit activations (Chainer's mixed16; links/_mixed16.py)
+    'dtype': 'float32',
     # Registered kernels (minichain/kernels) may run instead of the ops'
     # bodies; off, every op runs its plain NumPy/CuPy body.
     'use_kernels': os.environ.get('MINICHAIN_KERNELS', '1') != '0',
@@ -23,7 +25,12 @@ _DEFAULTS = {
     'use_onednn': os.environ.get('MINICHAIN_ONEDNN', 'auto'),
     # cuDNN's GPU kernels (minichain/kernels/cudnn): the same three modes.
     'use_cudnn': os.environ.get('MINICHAIN_CUDNN', 'auto'),
+    # How float32 matrix products and convolutions may round their factors
+    # (oneDNN's fpmath mode, cuBLAS's compute type): 'strict' (float32),
+    # 'bf16' (bfloat16 factors, float32 sums), 'tf32' (the GPU's TF32).
+    'fp32_math': os.environ.get('MINICHAIN_FP32_MATH', 'strict'),
 }
+FP32_MATH = ('strict', 'bf16', 'tf32')
 
 
 class _Config(threading.local):
@@ -68,6 +75,16 @@ def using_config(name, value):
             delattr(config, name)
 
 
+def fp32_math():
+    """``config.fp32_math``, checked: 'strict', 'bf16' or 'tf32'."""
+    mode = config.fp32_math
+    if mode not in FP32_MATH:
+        raise ValueError('config.fp32_math must be one of {}, got {!r} '
+                         '(MINICHAIN_FP32_MATH sets its default)'.format(
+                             ', '.join(map(repr, FP32_MATH)), mode))
+    return mode
+
+
 def no_backprop_mode():
     """Context manager in which functions record no graph (inference,
     parameter updates): outputs have ``creator`` None."""
@@ -100,7 +117,9 @@ def get_dtype(dtype=None, map_mixed16=None):
     Args:
         dtype: a dtype specifier; None means ``config.dtype``.
         map_mixed16: used instead when the dtype is Chainer's ``mixed16``
-            (:data:`mixed16` or ``'mixed16'``; float16 if None).
+            (:data:`mixed16` or ``'mixed16'``; float16 if None, as
+            Chainer's; the initializers pass float32, the parameters'
+            dtype under mixed16).
 
     Returns:
         a ``numpy.dtype``.

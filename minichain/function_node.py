@@ -181,7 +181,8 @@ def _as_output_array(label, y):
 def _check_finite(label, what, arrays):
     """Debug mode: raise if any array holds NaN, naming the function."""
     for i, a in enumerate(arrays):
-        if a is None or a.dtype.kind not in 'fc':
+        if a is None or not (a.dtype.kind == 'c'
+                             or backend.is_float(a.dtype)):
             continue
         xp = backend.get_array_module(a)
         if bool(xp.isnan(a).any()):

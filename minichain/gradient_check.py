@@ -8,7 +8,7 @@ the tolerance.
 import numpy
 
 from minichain import backend
-from minichain.configuration import using_config
+from minichain.configuration import config, using_config
 from minichain.function_node import FunctionNode
 from minichain.variable import Variable
 
@@ -78,6 +78,15 @@ def _arrays(outputs):
 
 
 HALF_RTOL, HALF_ATOL = 5e-3, 2e-3
+# bfloat16 keeps 8 significant bits (7 stored): eps = 2**-7, and rounding
+# to it is off by at most u = 2**-8 of the value. A product of two
+# factors rounded to bfloat16 is off by 2u + u^2, about BF16_EPS, of its
+# size; a gradient goes through two or three such products (the forward
+# and the backward) and float32 sums, hence 4 eps relative and 2 eps of
+# the largest gradient absolute: they pass bfloat16's rounding of a
+# correct backward and fail one that is 5% off.
+BF16_EPS = 2.0 ** -7
+BF16_RTOL, BF16_ATOL = 4 * BF16_EPS, 2 * BF16_EPS
 
 
 def check_backward(func, x_data, y_grad, params=(), eps=1e-3, atol=None,
@@ -98,6 +107,14 @@ def check_backward(func, x_data, y_grad, params=(), eps=1e-3, atol=None,
     mathematics of a float16 function precisely, pass
     ``dtype=numpy.float64``.
 
+    **bfloat16.** The same holds, with ``BF16_RTOL`` and ``BF16_ATOL``
+    (4 and 2 times bfloat16's eps, 2^-7: see their comment), when an
+    input or param is ``ml_dtypes.bfloat16`` or when float32 products
+    compute in bfloat16 (``config.fp32_math == 'bf16'``): the numerical
+    gradient is then taken on float64 copies, which no kernel rounds, so
+    that it is the exact reference. ``dtype=numpy.float64`` checks in
+    float64 with the float64 tolerances whatever the switch says.
+
     Args:
         func: callable taking Variables and returning a Variable or a tuple.
         x_data: an array or tuple of arrays (the inputs).
@@ -106,7 +123,8 @@ def check_backward(func, x_data, y_grad, params=(), eps=1e-3, atol=None,
         params: Parameters (or Variables) used inside ``func`` whose
             gradients are checked too.
         eps: step size.
-        atol, rtol: tolerances; None: 1e-5 and 1e-4 (float16: see above).
+        atol, rtol: tolerances; None: 1e-5 and 1e-4 (float16 and
+            bfloat16: see above).
         dtype: if given (e.g. numpy.float64), inputs and params are cast to
             it for the check, so that float32 code can be checked precisely.
         no_grads: per-input flags; True means the input gets no gradient
@@ -117,15 +135,17 @@ def check_backward(func, x_data, y_grad, params=(), eps=1e-3, atol=None,
     """
     x_data = _as_tuple(x_data)
     if dtype is not None:
-        x_data = tuple(x.astype(dtype) if x.dtype.kind == 'f' else x
+        x_data = tuple(x.astype(dtype) if backend.is_float(x.dtype) else x
                        for x in x_data)
-    half = dtype is None and _has_half(x_data, params)
-    tol = (HALF_ATOL if atol is None and half else
-           (1e-5 if atol is None else atol),
-           HALF_RTOL if rtol is None and half else
-           (1e-4 if rtol is None else rtol), half and atol is None)
+    low = None if dtype is not None else _low_precision(x_data, params)
+    default_atol, default_rtol = {None: (1e-5, 1e-4),
+                                  'float16': (HALF_ATOL, HALF_RTOL),
+                                  'bfloat16': (BF16_ATOL, BF16_RTOL)}[low]
+    tol = (default_atol if atol is None else atol,
+           default_rtol if rtol is None else rtol,
+           bool(low) and atol is None)
     if no_grads is None:
-        no_grads = [x.dtype.kind != 'f' for x in x_data]
+        no_grads = [not backend.is_float(x.dtype) for x in x_data]
     xs = [Variable(x.copy(), requires_grad=not ng)
           for x, ng in zip(x_data, no_grads)]
     saved_params = [p.array for p in params]
@@ -133,7 +153,7 @@ def check_backward(func, x_data, y_grad, params=(), eps=1e-3, atol=None,
         if dtype is not None:
             for p in params:
                 p.array = p.array.astype(dtype)
-        _check_backward(func, xs, y_grad, params, eps, tol, half)
+        _check_backward(func, xs, y_grad, params, eps, tol, bool(low))
     finally:
         for p, a in zip(params, saved_params):
             p.array = a
@@ -217,13 +237,23 @@ def _check_backward(func, xs, y_grad, params, eps, tol, wide):
                       gnum, atol * scale, rtol)
 
 
-def _has_half(x_data, params):
-    return any(a is not None and a.dtype == numpy.float16
-               for a in list(x_data) + [p.array for p in params])
+def _low_precision(x_data, params):
+    """'float16' or 'bfloat16' when the check runs in that precision (an
+    input or param of the type, or float32 products computed in
+    bfloat16), else None."""
+    arrays = [a for a in list(x_data) + [p.array for p in params]
+              if a is not None]
+    if any(a.dtype == numpy.float16 for a in arrays):
+        return 'float16'
+    if any(a.dtype.name == 'bfloat16' for a in arrays) or (
+            config.fp32_math == 'bf16'
+            and any(a.dtype == numpy.float32 for a in arrays)):
+        return 'bfloat16'
+    return None
 
 
 def _wide(a):
-    return a.astype(numpy.float64) if a.dtype.kind == 'f' else a
+    return a.astype(numpy.float64) if backend.is_float(a.dtype) else a
 
 
 def _assert_close(what, analytic, numeric, atol, rtol):
@@ -256,7 +286,8 @@ def check_double_backward(func, x_data, y_grad, x_grad_grad, params=(),
     Args:
         func, x_data, y_grad, params, eps, dtype: as in
             :func:`check_backward`.
-        atol, rtol: None: 1e-4 and 1e-3 (float16: as in check_backward).
+        atol, rtol: None: 1e-4 and 1e-3 (float16, bfloat16: as in
+            check_backward).
         x_grad_grad: one array per floating-point input (the ``ggx``).
         params_grad_grad: one array per parameter.
     Raises:
@@ -266,7 +297,7 @@ def check_double_backward(func, x_data, y_grad, x_grad_grad, params=(),
     y_grad = _as_tuple(y_grad)
     n_x = len(x_data)
     params = tuple(params)
-    if dtype is not None or not _has_half(x_data, params):
+    if dtype is not None or not _low_precision(x_data, params):
         atol = 1e-4 if atol is None else atol
         rtol = 1e-3 if rtol is None else rtol
 

@@ -13,7 +13,7 @@ import numbers
 import numpy
 
 from minichain import backend
-from minichain.configuration import config
+from minichain.configuration import get_dtype
 
 DEFAULT_SEED = 20240101
 _rng = numpy.random.default_rng(DEFAULT_SEED)
@@ -239,7 +239,9 @@ def generate_array(initializer, shape, xp, dtype=None):
         shape: int or tuple.
         xp: ``numpy`` or ``cupy``.
         dtype: the result's dtype; None means the initializer's own, else
-            ``config.dtype``. It must agree with an initializer's dtype.
+            ``config.dtype`` (float32 under ``'mixed16'``: the parameters
+            are the float32 master copy). It must agree with an
+            initializer's dtype.
     Returns:
         the new ndarray.
     Raises:
@@ -256,7 +258,8 @@ def generate_array(initializer, shape, xp, dtype=None):
                          'the initializer dtype {}'.format(
                              numpy.dtype(dtype), own))
     if dtype is None:
-        dtype = own if own is not None else config.dtype
+        dtype = own if own is not None else get_dtype(
+            map_mixed16=numpy.float32)
     array = xp.empty(shape, dtype=dtype)
     initializer(array)
     return array

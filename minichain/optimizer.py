@@ -18,6 +18,7 @@ import math
 import numbers
 
 from minichain import backend, kernel_seam
+from minichain._loss_scaling import LossScaling
 from minichain.serializers.base import Deserializer
 
 
@@ -250,8 +251,9 @@ class UpdateRule:
                 self.state[name] = serializer(name, value)
 
 
-class Optimizer:
-    """Base class of optimizers: a target, counters and hooks.
+class Optimizer(LossScaling):
+    """Base class of optimizers: a target, counters, hooks and the loss
+    scale (``loss_scaling()``, minichain/_loss_scaling.py).
 
     Attributes:
         target: the link being optimized (set by ``setup``).
@@ -375,23 +377,34 @@ class GradientMethod(Optimizer):
 
         Args:
             lossfun: if given, gradients are cleared, ``loss = lossfun(*args,
-                **kwds)`` is computed and ``loss.backward()`` run first;
-                otherwise the existing gradients are used (and ``args`` are
-                ignored, as a data-parallel wrapper passes them on).
+                **kwds)`` is computed and ``loss.backward()`` run first
+                (on ``loss * loss_scale`` with loss scaling); otherwise the
+                existing gradients are used (and ``args`` are ignored, as a
+                data-parallel wrapper passes them on).
 
-        Parameters whose ``grad`` is None are left unchanged.
+        Parameters whose ``grad`` is None are left unchanged. With loss
+        scaling the gradients are divided by the scale before the hooks;
+        with dynamic loss scaling an update whose gradients hold inf or
+        NaN is skipped (``t`` still counts it) and the scale adapts.
         """
         self._check_setup('update')
         if lossfun is not None:
             self.target.cleargrads()
             loss = lossfun(*args, **kwds)
-            loss.backward()
+            (loss if self._loss_scale is None else
+             loss * self._loss_scale).backward()
             del loss
+        self.check_nan_in_grads()
+        safe = self.is_safe_to_update()
+        if safe:
+            self.unscale_grads()
         self.call_hooks('pre')
         self.t += 1
-        for param in self.target.params(include_uninit=False):
-            self._rule_of(param).update(param)
+        if safe:
+            for param in self.target.params(include_uninit=False):
+                self._rule_of(param).update(param)
         self.call_hooks('post')
+        self.update_loss_scale()
 
     def serialize(self, serializer):
         """Save or load ``t``, ``epoch`` and every rule's ``t`` and state,

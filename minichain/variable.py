@@ -274,7 +274,8 @@ class Variable:
         """
         if self._node.creator is None:
             return
-        if self._data.dtype.kind not in 'fc':
+        if self._data.dtype.kind != 'c' and not backend.is_float(
+                self._data.dtype):
             raise TypeError(
                 'Variable.backward: variable {} has dtype {}: integers and '
                 'booleans cannot be differentiated (only floating-point '
@@ -397,7 +398,8 @@ def _check_grad_type(where, what, x, g):
 def _check_nan(func, index, g):
     """Debug mode: NaN in a gradient raises, naming the function."""
     xp = backend.get_array_module(g)
-    if g.dtype.kind in 'fc' and bool(xp.isnan(g).any()):
+    if (g.dtype.kind == 'c' or backend.is_float(g.dtype)) and bool(
+            xp.isnan(g).any()):
         raise RuntimeError('NaN detected in the gradient of input {} of {} '
                            '(shape {})'.format(index, func.label, g.shape))
 

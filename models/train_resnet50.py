@@ -47,6 +47,7 @@ if not __package__:  # run as a file: `import models` would fail below
     sys.exit('run it from the repository root as: python -m '
              'models.train_resnet50 [options]')
 
+import minichain  # noqa: E402
 from minichain import backend, dist, initializers  # noqa: E402
 from minichain import links as L  # noqa: E402
 from minichain import optimizers, serializers  # noqa
@@ -123,6 +124,11 @@ def parse_args(argv=None):
     a('--snapshot-every', type=extensions.parse_interval, metavar='N|Nm|Nh',
       help='also snapshot every N iterations (or 30m, 2h...) between epochs; '
       'each such snapshot replaces the previous one')
+    a('--precision', choices=('auto', 'bf16', 'float32'), default='auto',
+      help="the products' math (config.fp32_math): 'auto' computes the "
+      'convolutions with bfloat16 factors and float32 sums where oneDNN '
+      'has bfloat16 instructions (AVX512_BF16, AMX) on the CPU, else '
+      "float32; 'bf16' asks for it anywhere (TF32 on a GPU)")
     a('--nan-check', choices=('on', 'off'), default='on', help='stop at the '
       'first update whose averaged gradient holds inf or NaN (default on)')
     a('--graph', action='store_true', help='write the graph as out/graph.dot '
@@ -212,14 +218,35 @@ def use_overlap(args, comm):
     return args.overlap == 'on'
 
 
+def precision(args):
+    """(``config.fp32_math`` for ``--precision``, the header's words)."""
+    if args.precision == 'float32':
+        return 'strict', 'float32'
+    if args.precision == 'bf16':
+        return 'bf16', 'bf16 compute'
+    if args.device != 'cpu':
+        return 'strict', 'float32'
+    from minichain.kernels import onednn
+    has, isa = onednn.bf16_compute()
+    if has:
+        return 'bf16', 'bf16 compute ({})'.format(isa)
+    if isa.startswith('oneDNN'):
+        return 'strict', 'float32 ({})'.format(isa)
+    return 'strict', 'float32 ({}: no bfloat16 instructions)'.format(isa)
+
+
 def train(args, comm):
     """Train on every rank; returns the exit status."""
+    # every rank asks its own CPU; they agree on a cluster of one kind
+    products, words = precision(args)
+    minichain.config.fp32_math = products   # this (the training) thread's
     if comm.rank == 0:
         print('{} on {} ({} process{}, {} communicator{}, {}), batch {} per '
-              'rank'.format(args.arch, args.data, comm.size,
-                            '' if comm.size == 1 else 'es', comm.name,
-                            ', overlapped' if args.overlap else '',
-                            args.device, args.batchsize), flush=True)
+              'rank, {}'.format(args.arch, args.data, comm.size,
+                                '' if comm.size == 1 else 'es', comm.name,
+                                ', overlapped' if args.overlap else '',
+                                args.device, args.batchsize, words),
+              flush=True)
     on_root(comm, train_checks.check_out, args.out)
     device = agree(comm, train_data.get_device, args.device, comm.intra_rank,
                    comm.intra_size)

@@ -218,3 +218,52 @@ def test_float16_params_and_double_backward():
     check_backward(lambda v: F.tanh(v[:, :3] * p), x, gy[:, :3], params=[p])
     assert p.array.dtype == numpy.float16  # restored
     check_double_backward(F.tanh, x, gy, numpy.ones((3, 4), numpy.float16))
+
+
+class _Off(FunctionNode):
+    """The identity with its backward scaled by ``factor``: placed before
+    an op, it plants a backward ``factor - 1`` off."""
+
+    def __init__(self, factor):
+        self.factor = factor
+
+    def forward(self, inputs):
+        return inputs[0].copy(),
+
+    def backward(self, indexes, grad_outputs):
+        return grad_outputs[0] * self.factor,
+
+
+def _conv_case(seed):
+    rng = numpy.random.default_rng(seed)
+    x, W, gy = (rng.standard_normal(s).astype(numpy.float32) for s in
+                ((2, 8, 6, 6), (8, 8, 3, 3), (2, 8, 6, 6)))
+    return x, W, gy
+
+
+@pytest.mark.parametrize('seed', range(3))
+def test_bf16_compute_is_checked_against_float64_with_bf16_tolerances(seed):
+    # Under fp32_math 'bf16' the convolution's products round to bfloat16
+    # (on a CPU with the instructions; float32 elsewhere, which passes
+    # too): float32 central differences of such a function are noise, so
+    # the reference is float64 and the tolerances bfloat16's.
+    import minichain
+    x, W, gy = _conv_case(seed)
+
+    def conv(factor):
+        return lambda v, w: F.convolution_2d(_Off(factor).apply((v,))[0],
+                                             w, pad=1)
+    with minichain.using_config('fp32_math', 'bf16'):
+        check_backward(conv(1.0), (x, W), gy)
+        with pytest.raises(AssertionError, match='input 0 differs'):
+            check_backward(conv(1.05), (x, W), gy)
+        # a float64 check is float64's, whatever the switch says
+        check_backward(conv(1.0), (x, W), gy, dtype=numpy.float64, **TIGHT)
+
+
+def test_bfloat16_inputs_take_the_bf16_tolerances():
+    ml_dtypes = pytest.importorskip('ml_dtypes')
+    x, gy = (a.astype(ml_dtypes.bfloat16) for a in _half(0))
+    check_backward(F.tanh, x, gy)
+    with pytest.raises(AssertionError, match='input 0 differs'):
+        check_backward(lambda v: _Tanh(1.05).apply((v,))[0], x, gy)

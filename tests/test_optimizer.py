@@ -259,3 +259,71 @@ def test_gpu_matches_cpu(make):
         results.append(backend.to_cpu(link.w.array))
     numpy.testing.assert_allclose(results[0], results[1], rtol=1e-5,
                                   atol=1e-6)
+
+
+# -- loss scaling (Chainer v7's optimizer.loss_scaling) -----------------------
+class _Square(minichain.Link):
+    """loss = sum(w * w * k) / 2: the gradient is w * k."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.w = minichain.Parameter(numpy.array([1.0, -2.0],
+                                                     numpy.float32))
+
+    def loss(self, k=1.0):
+        return minichain.functions.sum(self.w * self.w * k) * 0.5
+
+
+def _scaled(**kwargs):
+    link = _Square()
+    opt = optimizers.SGD(lr=0.5).setup(link)
+    opt.loss_scaling(**kwargs)
+    return link, opt
+
+
+def test_a_static_loss_scale_steps_as_without_one():
+    link, opt = _scaled(scale=1024.0)
+    opt.update(link.loss)
+    assert opt.loss_scale == 1024.0
+    numpy.testing.assert_array_equal(link.w.array, [0.5, -1.0])
+    numpy.testing.assert_array_equal(link.w.grad, [1.0, -2.0])  # unscaled
+
+
+def test_dynamic_scaling_doubles_then_halves_and_skips_then_grows():
+    link, opt = _scaled(interval=4)
+    assert opt.dynamic_loss_scaling and opt.loss_scale == 1.0
+    opt.update(link.loss)
+    opt.update(link.loss)
+    assert opt.loss_scale == 4.0            # doubles before any overflow
+    before = link.w.array.copy()
+    with pytest.warns(RuntimeWarning, match=r'update 3 skipped: the '
+                      r'gradient of /w holds inf or NaN at loss scale 4.0'):
+        opt.update(link.loss, numpy.float32(numpy.inf))
+    numpy.testing.assert_array_equal(link.w.array, before)   # skipped
+    assert opt.t == 3 and link.w.update_rule.t == 2
+    assert opt.loss_scale == 2.0            # halved
+    for _ in range(4):                      # then doubles over 4 updates
+        opt.update(link.loss)
+    assert opt.loss_scale == pytest.approx(4.0)
+
+
+def test_the_dynamic_scale_stays_within_1_and_65504():
+    link, opt = _scaled()
+    for _ in range(20):
+        opt.update(link.loss, 0.0)
+    assert opt.loss_scale == 65504.0
+    link, opt = _scaled()
+    with pytest.warns(RuntimeWarning):
+        opt.update(link.loss, numpy.float32(numpy.nan))
+    assert opt.loss_scale == 1.0
+
+
+def test_loss_scaling_arguments_are_checked():
+    opt = optimizers.SGD()
+    with pytest.raises(ValueError, match='SGD.loss_scaling: interval must '
+                       'be >= 1, got 0'):
+        opt.loss_scaling(interval=0)
+    with pytest.raises(ValueError, match='scale must be a positive number, '
+                       'got -1'):
+        opt.set_loss_scale(-1)

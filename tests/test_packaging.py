@@ -87,6 +87,7 @@ def test_metadata_is_in_pyproject_only(pyproject):
     assert project['requires-python'] == '>=3.10'
     assert 'numpy>=1.24' in project['dependencies']
     assert 'threadpoolctl>=3.1' in project['dependencies']
+    assert 'ml_dtypes>=0.4' in project['dependencies']   # mixed16, CPU
     assert project['optional-dependencies'] == EXTRAS
     assert project['entry-points']['pytest11'] == {PLUGIN: PLUGIN}
     sections = _setup_cfg().sections()

@@ -113,8 +113,9 @@ class MultiNodeOptimizer:
         on_gpu = target.device_id >= 0
         with hooks.span('forward', sync=on_gpu):
             loss = lossfun(*args, **kwds)
+        scale = getattr(self.actual_optimizer, 'loss_scale', None)
         with hooks.span('backward', sync=on_gpu):
-            loss.backward()
+            (loss if scale is None else loss * scale).backward()
 
     # The wrapper stands in for the optimizer: a name it does not keep in
     # its own __dict__ is the wrapped optimizer's.
@@ -165,7 +166,10 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
             (else it raises on every rank).
         nan_check: a non-finite averaged gradient skips the step and raises
             :class:`NonFiniteGradientError` on every rank, naming the ranks
-            whose own gradient was not finite (averaging/finite.py).
+            whose own gradient was not finite (averaging/finite.py); with
+            dynamic loss scaling (``loss_scaling()``, mixed16) the optimizer
+            skips the step and halves the scale on every rank instead, with
+            no message added (one rank's inf travels in the average).
         overlap: average in buckets while backward runs
             (averaging/overlap.py; the same result). None: the
             communicator's ``overlap``.
@@ -217,7 +221,10 @@ def create_multi_node_optimizer(actual_optimizer, communicator,
         averaging = AfterBackward(communicator, zero_fill, step_count,
                                   accumulate)
     if nan_check and not double_buffering:
-        averaging = CheckFinite(averaging, communicator, step_count)
+        averaging = CheckFinite(averaging, communicator, step_count,
+                                skips=lambda: getattr(
+                                    actual_optimizer, 'dynamic_loss_scaling',
+                                    False))
     if accumulate > 1:
         averaging = Accumulate(averaging)
     return MultiNodeOptimizer(actual_optimizer, communicator, averaging)

@@ -13,7 +13,7 @@ def check_array(func_name, x, what='input'):
     if not backend.is_array(x):
         raise TypeError('{}: {} must be a Variable or ndarray, got {}'
                         .format(func_name, what, type(x).__name__))
-    if x.dtype.kind not in 'biufc':
+    if x.dtype.kind not in 'biufc' and not backend.is_float(x.dtype):
         raise TypeError('{}: {} has unsupported dtype {}'
                         .format(func_name, what, x.dtype))
 
@@ -21,7 +21,7 @@ def check_array(func_name, x, what='input'):
 def check_float(func_name, x, what='input'):
     """Raise TypeError unless ``x`` is a floating-point ndarray."""
     check_array(func_name, x, what)
-    if x.dtype.kind != 'f':
+    if not backend.is_float(x.dtype):
         raise TypeError('{}: {} must be floating point, got dtype {}'
                         .format(func_name, what, x.dtype))
 

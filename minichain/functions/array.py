@@ -7,11 +7,13 @@ import numpy
 
 from minichain import backend
 from minichain.function_node import FunctionNode
-from minichain.functions._check import (check_array, check_int_axis,
-                                        normalize_axis, unwrap)
+from minichain.functions._check import (check_array, check_float,
+                                        check_int_axis, normalize_axis,
+                                        unwrap)
+from minichain.variable import Variable
 
 __all__ = ['broadcast_to', 'sum_to', 'reshape', 'transpose', 'get_item',
-           'expand_dims', 'flatten', 'squeeze']
+           'expand_dims', 'flatten', 'squeeze', 'cast']
 
 
 def _sum_to_array(x, shape):
@@ -313,3 +315,41 @@ def squeeze(x, axis=None):
         raise ValueError('squeeze: axis {} of shape {} does not have length 1'
                          .format(bad[0], xa.shape))
     return Squeeze(axis).apply((x,))[0]
+
+
+class Cast(FunctionNode):
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    def forward(self, inputs):
+        x, = inputs
+        self.in_dtype = x.dtype
+        return x.astype(self.dtype),
+
+    def backward(self, indexes, grad_outputs):
+        return cast(grad_outputs[0], self.in_dtype),
+
+
+def cast(x, dtype):
+    """``x`` in another floating-point dtype; its gradient is cast back.
+
+    What mixed precision is made of: a float32 parameter cast to float16
+    or ``ml_dtypes.bfloat16`` for the product, its gradient coming back
+    float32. Returns ``x`` itself (a Variable) when it has the dtype.
+
+    Args:
+        x: Variable or ndarray, floating point.
+        dtype: a floating-point dtype (``numpy.float16``, ``'bfloat16'``
+            with ml_dtypes installed, ...).
+    Returns:
+        Variable of ``x``'s shape in ``dtype``.
+    """
+    xa = unwrap(x)
+    check_float('cast', xa, 'x')
+    dtype = numpy.dtype(dtype)
+    if not backend.is_float(dtype):
+        raise TypeError('cast: dtype must be floating point, got {}'.format(
+            dtype))
+    if xa.dtype == dtype:
+        return x if isinstance(x, Variable) else Variable(x)
+    return Cast(dtype).apply((x,))[0]

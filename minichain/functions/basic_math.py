@@ -124,7 +124,8 @@ class MatMul(FunctionNode):
     def forward(self, inputs):
         self.retain_inputs((0, 1))
         a, b = inputs
-        return a @ b,
+        # astype: NumPy's matmul of ml_dtypes' bfloat16 returns float32
+        return (a @ b).astype(a.dtype, copy=False),
 
     def backward(self, indexes, grad_outputs):
         a, b = self.get_retained_inputs()
@@ -250,6 +251,10 @@ def _is_scalar(x):
     return isinstance(x, (int, float, numpy.generic))
 
 
+def _inexact(dtype):
+    return dtype.kind == 'c' or backend.is_float(dtype)
+
+
 def _operand(other, like, name):
     """A Variable stays itself; scalars and arrays take ``like``'s dtype.
 
@@ -266,7 +271,7 @@ def _operand(other, like, name):
     try:
         cast = (other.astype(like.dtype, copy=False) if backend.is_array(
             other) else as_array(other, like.array))
-        changed = like.dtype.kind not in 'fc' and bool((cast != other).any())
+        changed = not _inexact(like.dtype) and bool((cast != other).any())
     except OverflowError:  # NumPy 2: a Python int outside the dtype's range
         changed = True
     if changed:
@@ -295,7 +300,7 @@ def _rhs(op):
 
 
 def _pow_method(self, other):
-    if _is_scalar(other) and self.dtype.kind in 'fc':
+    if _is_scalar(other) and _inexact(self.dtype):
         return pow(self, other)
     other = _operand(other, self, 'pow')
     return other if other is NotImplemented else pow(self, other)

@@ -80,7 +80,8 @@ class Convolution2D(FunctionNode):
         # y[n, group] = W[group] (O/G, C/G*kh*kw) @ col[n, group]
         col = _columns(x, g).reshape(n, groups, -1, g.oh * g.ow)
         y = xp.matmul(W.reshape(groups, o // groups, -1), col)
-        y = y.reshape(n, o, g.oh, g.ow)
+        # astype: NumPy's matmul of ml_dtypes' bfloat16 returns float32
+        y = y.reshape(n, o, g.oh, g.ow).astype(x.dtype, copy=False)
         if len(inputs) == 3:
             y += inputs[2].reshape(1, -1, 1, 1)  # y is fresh: safe in place
         return y,
@@ -120,7 +121,8 @@ class Deconvolution2D(FunctionNode):
         n, o, groups = x.shape[0], W.shape[0], self.groups
         # The transpose of the convolution's product, then col2im.
         w2t = W.reshape(groups, o // groups, -1).swapaxes(1, 2)
-        col = xp.matmul(w2t, x.reshape(n, groups, o // groups, -1))
+        col = xp.matmul(w2t, x.reshape(n, groups, o // groups, -1)).astype(
+            x.dtype, copy=False)   # bfloat16's float32 products, as above
         y = _add_columns(col.reshape(n, -1, g.kh, g.kw, g.oh, g.ow), g)
         if len(inputs) == 3:
             y += inputs[2].reshape(1, -1, 1, 1)
@@ -170,7 +172,7 @@ class Convolution2DGradW(FunctionNode):
         gy2 = gy.reshape(n, groups, o // groups, -1)
         gw = xp.stack([xp.tensordot(gy2[:, i], col[:, i], ((0, 2), (0, 2)))
                        for i in range(groups)])
-        return gw.reshape(self.w_shape),
+        return gw.reshape(self.w_shape).astype(x.dtype, copy=False),
 
     def backward(self, indexes, grad_outputs):
         x, gy = self.get_retained_inputs()

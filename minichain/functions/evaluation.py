@@ -56,7 +56,7 @@ def accuracy(y, t, ignore_label=None):
             'of shape {}'.format(name, ya.shape, ta.shape))
     if ya.shape[0] == 0 or ya.shape[1] == 0:
         raise ValueError('{}: y of shape {} is empty'.format(name, ya.shape))
-    if ya.dtype.kind != 'f':
+    if not backend.is_float(ya.dtype):
         ya = ya.astype('float64')
     with no_backprop_mode():
         return Accuracy(ignore_label).apply((ya, ta))[0]

@@ -16,7 +16,8 @@ class LinearFunction(FunctionNode):
     def forward(self, inputs):
         self.retain_inputs((0, 1))
         x, W = inputs[:2]
-        y = x @ W.T
+        # astype: NumPy's matmul of ml_dtypes' bfloat16 returns float32
+        y = (x @ W.T).astype(x.dtype, copy=False)
         if len(inputs) == 3:
             y += inputs[2]  # y is a fresh array: adding in place is safe
         return y,

@@ -17,8 +17,10 @@ __all__ = ['softmax_cross_entropy', 'mean_squared_error', 'squared_error',
 
 def _sum_dtype(dtype):
     """The dtype a loss is summed in: float32 for float16 inputs, whose own
-    sum is inf past 65504 (4096 samples at a loss of 16); else their own."""
-    return 'float32' if dtype.kind == 'f' and dtype.itemsize < 4 else dtype
+    sum is inf past 65504 (4096 samples at a loss of 16), and bfloat16's,
+    whose 8 bits would round the sum; else their own."""
+    return ('float32' if backend.is_float(dtype) and dtype.itemsize < 4
+            else dtype)
 
 
 def _shifted(x):

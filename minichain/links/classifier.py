@@ -2,6 +2,7 @@
 from minichain import functions as F
 from minichain import reporter
 from minichain.link import Chain
+from minichain.links import _mixed16
 
 __all__ = ['Classifier']
 
@@ -57,6 +58,8 @@ class Classifier(Chain):
             t = kwargs.pop(self.label_key)
         self.y = self.loss = self.accuracy = None
         self.y = self.predictor(*args, **kwargs)
+        if _mixed16.on():    # the loss in float32 (links/_mixed16.py)
+            self.y = F.cast(self.y, 'float32')
         self.loss = self.lossfun(self.y, t)
         reporter.report({'loss': self.loss}, self)
         if self.compute_accuracy:

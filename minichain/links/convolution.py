@@ -4,6 +4,7 @@ import numpy
 from minichain import functions as F
 from minichain import initializers
 from minichain.link import Link
+from minichain.links import _mixed16
 from minichain.links.linear import _dtype_of
 from minichain.variable import Parameter
 
@@ -86,7 +87,8 @@ class Convolution2D(Link):
                 raise ValueError('Convolution2D: input must be (N, C, H, W), '
                                  'got shape {}'.format(x.shape))
             self._initialize_W(int(x.shape[1]))
-        return F.convolution_2d(x, self.W, self.b, stride=self.stride,
+        x, W, b = _mixed16.half(x, self.W, self.b)
+        return F.convolution_2d(x, W, b, stride=self.stride,
                                 pad=self.pad, dilate=self.dilate,
                                 groups=self.groups)
 

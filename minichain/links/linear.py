@@ -3,6 +3,7 @@ import numpy
 
 from minichain import functions as F
 from minichain import initializers
+from minichain.links import _mixed16
 from minichain.link import Link
 from minichain.variable import Parameter
 
@@ -64,7 +65,7 @@ class Linear(Link):
         if not self.W.is_initialized:
             self.in_size = int(numpy.prod(x.shape[1:], dtype=numpy.int64))
             self.W.initialize((self.out_size, self.in_size))
-        return F.linear(x, self.W, self.b)
+        return F.linear(*_mixed16.half(x, self.W, self.b))
 
     def _repr_args(self):
         return 'in_size={}, out_size={}, nobias={}'.format(

@@ -11,7 +11,9 @@ from minichain import functions as F
 from minichain import initializers
 from minichain.configuration import config
 from minichain.functions.normalization import then_add_relu
+from minichain.functions._check import unwrap
 from minichain.link import Link
+from minichain.links import _mixed16
 from minichain.variable import Parameter
 
 __all__ = ['BatchNormalization']
@@ -144,8 +146,13 @@ class BatchNormalization(Link):
                 part when given; not in Chainer), fused in training (see
                 ``F.batch_normalization``).
         Returns:
-            Variable shaped like x.
+            Variable shaped like x (in float32 for a 16-bit x under
+            mixed16, which is handed back in its own type).
         """
+        if _mixed16.on() and unwrap(x).dtype.itemsize < 4:
+            return _mixed16.in_float32(x, lambda x32: self.forward(
+                x32, finetune, None if residual is None else
+                F.cast(residual, 'float32'), relu))
         self.initialize_for(x)
         xp = self.xp
         shape = self.avg_mean.shape

@@ -124,6 +124,22 @@ def test_resnet50_step_one_framework():
     assert float(row[3]) > 0 and float(row[-1]) > 0  # s/step, RSS MiB
 
 
+def test_resnet50_step_bf16_pair():
+    # --bf16: minichain with MINICHAIN_FP32_MATH=bf16 takes the same turns
+    # (PyTorch's autocast worker too where torch is importable)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / 'bench' / 'resnet50_step.py'),
+         '--config', '2x16:small', '--only', 'minichain', '--bf16',
+         '--steps', '1', '--warmup', '1', '--gap', '0', '--threads', '1'],
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = [line.split()[0] for line in out.stdout.splitlines()[2:4]]
+    assert rows == ['minichain', 'bf16'], out.stdout
+    assert 'ratio minichain bf16/minichain float32 at batch 2 / 16 px' in \
+        out.stdout
+
+
 def test_resnet50_step_rejects_a_bad_config():
     out = subprocess.run(
         [sys.executable, str(ROOT / 'bench' / 'resnet50_step.py'),

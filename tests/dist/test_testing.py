@@ -35,10 +35,9 @@ def test_float64_tolerance_is_1e_10_of_the_largest_reference_value():
 
 def _ratio_note(got, want, size=2, rtol=1e-10):
     out, notes = [], []
-    equivalence._compare_group([('a', got[:2], want[:2]), ('b', got[2:],
-                                                           want[2:])],
-                               0, rtol, 0.0, out, ('step 1, the gradients',
-                                                   size, notes))
+    equivalence._compare_group(
+        [('a', got[:2], want[:2]), ('b', got[2:], want[2:])], 0, rtol, 0.0,
+        out, ratio_of=('step 1, the gradients', size, notes))
     assert out and len(notes) == 1, (out, notes)
     return notes[0]
 

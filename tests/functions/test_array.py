@@ -3,9 +3,11 @@ gradients and errors."""
 import numpy
 import pytest
 
+import minichain
 import minichain.functions as F
 from minichain import Variable
 from tests.functions import _movement as movement
+from minichain.gradient_check import check_backward
 from tests.functions._util import grad_check, rand
 
 # name -> (minichain call, NumPy reference, input shapes)
@@ -130,3 +132,31 @@ def test_flatten_of_scalar_and_identity_shapes():
     for y in (F.broadcast_to(x, (2, 3)), F.sum_to(x, (2, 3)),
               F.reshape(x, (2, 3))):
         assert y is not x and y.creator is not None
+
+
+# -- cast ---------------------------------------------------------------------
+@pytest.mark.parametrize('to', ['float32', 'float16', 'bfloat16'])
+def test_cast_and_its_gradient(to):
+    if to == 'bfloat16':
+        to = pytest.importorskip('ml_dtypes').bfloat16
+    x = numpy.random.default_rng(0).standard_normal((3, 4))
+    v = minichain.Variable(x)
+    y = F.cast(v, to)
+    assert y.dtype == numpy.dtype(to)
+    numpy.testing.assert_array_equal(y.array, x.astype(to))
+    y.grad = numpy.ones((3, 4), to) * numpy.dtype(to).type(0.5)
+    y.backward()
+    assert v.grad.dtype == numpy.float64            # back in x's dtype
+    numpy.testing.assert_array_equal(v.grad, numpy.full((3, 4), 0.5))
+    check_backward(lambda a: F.cast(a, numpy.float64),
+                   x.astype(numpy.float32), numpy.ones((3, 4)), atol=1e-6)
+
+
+def test_cast_to_its_own_dtype_is_the_variable_and_bad_dtypes_are_refused():
+    v = minichain.Variable(numpy.ones(2, numpy.float32))
+    assert F.cast(v, numpy.float32) is v
+    with pytest.raises(TypeError, match='cast: dtype must be floating '
+                       'point, got int32'):
+        F.cast(v, numpy.int32)
+    with pytest.raises(TypeError, match='cast: x must be floating point'):
+        F.cast(numpy.ones(2, numpy.int32), numpy.float32)

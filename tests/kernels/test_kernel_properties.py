@@ -82,6 +82,9 @@ def _has_cpu_kernel(node_type):
 
 def _kernel(node_type, backend):
     k = kernels.registered(node_type, backend)
+    if backend == 'onednn' and onednn is not None and node_type in dict(
+            onednn.BF16_ONLY):
+        k = None  # registered for bf16 compute only: its float32 path
     if k is None and backend == 'onednn' and onednn is not None:
         k = dict(onednn.UNREGISTERED).get(node_type)
         if k is not None:

@@ -341,3 +341,21 @@ def test_options_are_checked_as_train_resnet50s(argv, message):
     from models.train_checks import UserError
     with pytest.raises(UserError, match=re.escape(message)):
         train_mnist.parse_args(argv)
+
+
+def test_mixed16_trains_in_bfloat16_on_the_cpu(data_dir, tmp_path):
+    # --dtype mixed16: bfloat16 activations on the CPU, float32 parameters
+    # and loss scaling; it learns as float32 does on these easy images.
+    pytest.importorskip('ml_dtypes')
+    accuracy = {}
+    for dtype in ('float32', 'mixed16'):
+        out = tmp_path / dtype
+        code, output = run([SCRIPT, '--data-dir', data_dir, '--epoch', 2,
+                            '--out', out, '--dtype', dtype] + SMALL)
+        assert code == 0, output
+        assert ', {}\n'.format(dtype) in output     # the header says so
+        log = read_log(out)
+        assert all(numpy.isfinite(e['main/loss']) for e in log)
+        accuracy[dtype] = log[-1]['validation/main/accuracy']
+    assert accuracy['mixed16'] > 0.3                # chance is 0.1
+    assert abs(accuracy['mixed16'] - accuracy['float32']) < 0.15

@@ -3,6 +3,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import shutil
 import signal
 import struct
@@ -156,6 +157,36 @@ def finish(proc, timeout=120):
 
 def run(n, args, timeout=120):
     return finish(launch(n, args), timeout)
+
+
+def test_precision_is_bf16_where_the_cpu_has_it_and_said(tmp_path,
+                                                         monkeypatch):
+    # --precision auto (the default, make train's): bf16 compute where
+    # oneDNN dispatches to bfloat16 instructions, float32 elsewhere
+    # (ONEDNN_MAX_CPU_ISA plays a CPU without them); the header says which.
+    onednn = pytest.importorskip('minichain.kernels.onednn')
+    has, isa = onednn.bf16_compute()
+    tiny = ['--data', 'synthetic', '--train-subset', '4', '--val-subset', '4',
+            '--iteration', '1'] + SMALL
+    cases = [([], {}, re.escape(
+        'bf16 compute ({})'.format(isa) if has else 'float32 ({})'.format(
+            isa) if isa.startswith('oneDNN') else
+        'float32 ({}: no bfloat16 instructions)'.format(isa))),
+             (['--precision', 'float32'], {}, 'float32'),
+             ([], {'ONEDNN_MAX_CPU_ISA': 'AVX512_CORE',
+                   'MINICHAIN_ONEDNN': 'auto'},
+              r'float32 \(avx[0-9a-z_]*: no bfloat16 instructions\)'),
+             ([], {'MINICHAIN_ONEDNN': 'never'},
+              re.escape('float32 (oneDNN is not in use)'))]
+    if not onednn.available():
+        del cases[2]
+    for i, (extra, env, words) in enumerate(cases):
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        rc, out, err = run(None, tiny + extra + ['--out', tmp_path / str(i)])
+        assert rc == 0, out + err
+        assert re.search('batch 2 per rank, {}$'.format(words),
+                         out.splitlines()[0]), out
 
 
 SYNTHETIC = ['--data', 'synthetic', '--train-subset', '24', '--val-subset',

@@ -79,7 +79,9 @@ def finite_flag(arrays):
 
 class CheckFinite(Wrapper):
     """Raises :class:`NonFiniteGradientError` on every rank when the
-    averaged gradient is not finite, and no step is taken.
+    averaged gradient is not finite, and no step is taken; unless the
+    optimizer skips such a step itself (dynamic loss scaling: every rank
+    sees the same inf or NaN in the average, skips and halves its scale).
 
     On the host the check runs before the step. On the GPU (``defer``) a
     host read right after the allreduce would wait for the whole queue
@@ -98,11 +100,14 @@ class CheckFinite(Wrapper):
         defer: read the flag after the step: None (default) for CuPy
             gradients of an averaging that holds the whole mean on each
             rank (a sharded one agrees on the verdict before the step).
+        skips: returns whether the optimizer skips a non-finite step.
     """
 
-    def __init__(self, inner, comm, step_count, defer=None):
+    def __init__(self, inner, comm, step_count, defer=None,
+                 skips=lambda: False):
         super().__init__(inner)
         self.comm, self.step_count, self.defer = comm, step_count, defer
+        self.skips = skips
         self._pending = None  # (local gradients, device flag, its event)
 
     def average(self, model, has_data=None):
@@ -111,7 +116,7 @@ class CheckFinite(Wrapper):
         local = [(n, p.grad) for n, p in model.namedparams()]
         self._pending = None
         n = self.inner.average(model, has_data)
-        if n:
+        if n and not self.skips():
             grads = self.inner.averaged_grads(model)
             if not grads:
                 return n

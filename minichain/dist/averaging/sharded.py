@@ -146,6 +146,11 @@ class Sharded(Averaging):
         return True
 
     def step(self, optimizer, *args, **kwds):
+        if getattr(optimizer, 'dynamic_loss_scaling', False):
+            # Each rank would see inf or NaN in its own shard only, and
+            # skip alone: refused on every rank alike.
+            raise ValueError('multi-node optimizer: dynamic loss scaling '
+                             'cannot be combined with shard_state')
         target = optimizer.target
         optimizer.target = ShardTarget(self.pieces, self.comm)
         try:

@@ -4,10 +4,44 @@ ReductionKernels for the ops whose GPU version differs from their plain
 CuPy body, registered at import. The ops' bodies run on CuPy as they are;
 these are faster (one thread per element instead of one CuPy call per
 kernel offset) or hold no float16 sums."""
-from minichain import kernels
+from minichain import backend, kernels
+from minichain.configuration import fp32_math
+from minichain.functions.basic_math import MatMul
+from minichain.functions.linear import LinearFunction
 from minichain.kernels.cuda import (  # noqa: F401  (they register)
     convolution, im2col, normalization, pooling)
 
+
+def under_fp32_math(kernel):
+    """``kernel`` with cuBLAS's float32 products in ``config.fp32_math``'s
+    mode during the call: 'tf32' and 'bf16' on TF32 tensor cores, 'strict'
+    as :func:`minichain.backend.set_tf32` left them. 'bf16' runs TF32
+    (10 bits of mantissa, bfloat16's 8-bit exponent) because CuPy has no
+    bfloat16 compute for float32 arrays: its GEMMs consult only TF32 and
+    PEDANTIC (cupy/_core/_routines_linalg.pyx). cuBLAS's mode is the
+    process's, hence set around the call and put back."""
+    def run(node, inputs):
+        if fp32_math() == 'strict' or backend.tf32_enabled():
+            return kernel(node, inputs)
+        backend.set_tf32(True)
+        try:
+            return kernel(node, inputs)
+        finally:
+            backend.set_tf32(False)
+    run.__name__ = run.__qualname__ = kernel.__name__
+    run.__wrapped__ = kernel
+    return run
+
+
+def products(node, inputs):
+    """The body of a matrix product (linear, matmul) on CuPy: a kernel
+    only so that :func:`under_fp32_math` wraps it."""
+    return node.forward(inputs)
+
+
 # The convolution nodes: batched products that land in NCHW, no columns
 # for a 1x1 layer (convolution.py).
-convolution.register(kernels.register)
+convolution.register(lambda node_type, device, kernel: kernels.register(
+    node_type, device, under_fp32_math(kernel)))
+for _type in (LinearFunction, MatMul):
+    kernels.register(_type, 'cuda', under_fp32_math(products))

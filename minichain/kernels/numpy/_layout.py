@@ -22,12 +22,13 @@ import numpy
 
 
 def native(arrays):
-    """Whether ``arrays`` are all NumPy arrays in the machine's byte
-    order, which the NumPy kernels take: the body runs the others (a
-    big-endian array, as an IDX file holds, would make some kernels
-    return big-endian results, or fail)."""
+    """Whether ``arrays`` are all NumPy arrays of NumPy's own number types
+    in the machine's byte order, which the NumPy kernels take: the body
+    runs the others (a big-endian array, as an IDX file holds, would make
+    some kernels return big-endian results, or fail; ml_dtypes' bfloat16,
+    of kind 'V', has no BLAS)."""
     return all(isinstance(a, numpy.ndarray) and a.dtype.isnative
-               for a in arrays)
+               and a.dtype.kind != 'V' for a in arrays)
 
 
 def channel_major(a):

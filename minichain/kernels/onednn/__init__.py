@@ -16,6 +16,7 @@ Importing this package never raises for a missing library: the kernels
 are registered and decline when it cannot load.
 """
 from minichain import kernels
+from minichain.configuration import config, fp32_math
 from minichain.kernels import _switch
 from minichain.functions import activation as _act
 from minichain.functions import basic_math as _math
@@ -23,7 +24,7 @@ from minichain.functions import convolution as _conv
 from minichain.functions.linear import LinearFunction as _Linear
 from minichain.functions import normalization as _norm
 from minichain.functions import pooling as _pool
-from minichain.kernels.onednn import _dnnl
+from minichain.kernels.onednn import _dnnl, _fpmath
 from minichain.kernels.onednn import (activation, convolution, linear,
                                       normalization, optimizers, pooling)
 from minichain.optimizers.momentum_sgd import MomentumSGDRule as _MSGD
@@ -57,9 +58,37 @@ def enabled():
     return _switch.enabled('onednn', 'oneDNN', _problem)
 
 
-def _gated(kernel):
-    """The kernel, declining whenever :func:`enabled` says no."""
-    return _switch.gated(kernel, enabled)
+def bf16_compute():
+    """(whether ``config.fp32_math = 'bf16'`` computes in bfloat16 on this
+    CPU, oneDNN's name of the instructions it dispatches to or why it
+    cannot): what a program that turns bf16 on where it pays asks first
+    (models/train_resnet50.py)."""
+    if not enabled():
+        return False, ('oneDNN is not in use' if available() else
+                       'oneDNN is not installed')
+    isa = _fpmath.effective_isa()[0]
+    return _fpmath.has_bf16(), isa
+
+
+def _gated(kernel, bf16_only=False):
+    """The kernel, declining whenever :func:`enabled` says no (and, when
+    ``bf16_only``, unless the arrays are bfloat16 or ``config.fp32_math``
+    is 'bf16' and the CPU has the instructions: ``_fpmath.py``)."""
+    def run(node, inputs):
+        math = fp32_math()    # checked at every call, whatever runs
+        if not enabled():
+            if math != 'strict':
+                _fpmath.fall_back('oneDNN is not in use ({})'.format(
+                    _load_error or 'use_onednn is {!r}'.format(
+                        config.use_onednn)))
+            return None
+        if bf16_only and inputs[0].dtype.name != 'bfloat16' and (
+                math != 'bf16' or _fpmath.mode() != 'bf16'):
+            return None
+        return kernel(node, inputs)
+    run.__name__ = run.__qualname__ = kernel.__name__
+    run.__wrapped__ = kernel
+    return run
 
 
 # Registered where oneDNN measured faster than the NumPy kernel, in
@@ -87,7 +116,9 @@ def _gated(kernel):
 # - global average pooling: 0.07-0.08x (NumPy's mean over contiguous
 #   maps is one pass; oneDNN's whole-map window is not);
 # - linear and its backward (MatMul): 0.63x at 32x2048->10 (make train's
-#   classifier), 1.88x at 8x2048->1000: mixed, and under 0.1% of a step.
+#   classifier), 1.88x at 8x2048->1000: mixed, and under 0.1% of a step;
+#   registered for config.fp32_math 'bf16' only (BF16_ONLY), where only
+#   oneDNN computes bfloat16.
 REGISTERED = (
     (_conv.Convolution2D, convolution.convolution_2d),
     (_conv.Deconvolution2D, convolution.deconvolution_2d),
@@ -109,5 +140,13 @@ UNREGISTERED = (
     (_Linear, linear.linear),
     (_math.MatMul, linear.matmul),
 )
+# The products that config.fp32_math = 'bf16' computes in bfloat16
+# (_fpmath.py); the convolutions among them are in REGISTERED.
+BF16_ONLY = (
+    (_Linear, linear.linear),
+    (_math.MatMul, linear.matmul),
+)
 for _type, _kernel in REGISTERED:
     kernels.register(_type, 'onednn', _gated(_kernel))
+for _type, _kernel in BF16_ONLY:
+    kernels.register(_type, 'onednn', _gated(_kernel, bf16_only=True))

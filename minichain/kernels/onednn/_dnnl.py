@@ -34,6 +34,7 @@ STATUS = {1: 'out of memory', 2: 'invalid arguments', 3: 'unimplemented',
           4: 'last implementation reached', 5: 'runtime error',
           6: 'not required'}
 S32, F32, U8 = 4, 3, 6          # dnnl_data_type_t: dnnl_s32, f32, u8
+BF16 = 2                        # dnnl_bf16
 FORMAT_ANY = 1                  # dnnl_format_tag_any
 CPU = 1                         # dnnl_engine_kind_t: dnnl_cpu
 STREAM_IN_ORDER = 1             # dnnl_stream_in_order
@@ -249,9 +250,9 @@ class Desc:
         return self.handle
 
 
-def plain(shape, strides=None):
-    """An f32 md for an array of this shape and element strides (C order
-    when None): NumPy's layout as oneDNN sees it."""
+def plain(shape, strides=None, dt=F32):
+    """An md (f32 unless ``dt``) for an array of this shape and element
+    strides (C order when None): NumPy's layout as oneDNN sees it."""
     if strides is None:
         strides, acc = [], 1
         for n in reversed(shape):
@@ -260,7 +261,7 @@ def plain(shape, strides=None):
     h = _handle()
     check('dnnl_memory_desc_create_with_strides',
           lib.dnnl_memory_desc_create_with_strides(
-              ctypes.byref(h), len(shape), dims(shape), F32, dims(strides)))
+              ctypes.byref(h), len(shape), dims(shape), dt, dims(strides)))
     return Desc(h)
 
 
@@ -292,10 +293,10 @@ def channels_last_strides(shape):
     return [h * w * c, 1, w * c, c]
 
 
-def channels_last(shape):
-    """An f32 md of an (N, C, H, W) tensor in NHWC memory: the layout the
-    oneDNN kernels hand to NumPy (``_plan.py`` says why)."""
-    return plain(shape, channels_last_strides(shape))
+def channels_last(shape, dt=F32):
+    """An md (f32 unless ``dt``) of an (N, C, H, W) tensor in NHWC memory:
+    the layout the oneDNN kernels hand to NumPy (``_plan.py`` says why)."""
+    return plain(shape, channels_last_strides(shape), dt)
 
 
 def empty_channels_last(shape):
@@ -311,17 +312,19 @@ def is_channels_last(array):
             and array.transpose(0, 2, 3, 1).flags.c_contiguous)
 
 
-def any_layout(shape):
-    """An f32 md whose layout the primitive picks (``format_tag_any``)."""
-    return tagged(shape, FORMAT_ANY)
+def any_layout(shape, dt=F32):
+    """An md (f32 unless ``dt``) whose layout the primitive picks
+    (``format_tag_any``)."""
+    return tagged(shape, FORMAT_ANY, dt)
 
 
-def tagged(shape, tag):
-    """An f32 md of the layout a ``dnnl_format_tag_t`` names."""
+def tagged(shape, tag, dt=F32):
+    """An md (f32 unless ``dt``) of the layout a ``dnnl_format_tag_t``
+    names."""
     h = _handle()
     check('dnnl_memory_desc_create_with_tag',
           lib.dnnl_memory_desc_create_with_tag(
-              ctypes.byref(h), len(shape), dims(shape), F32, tag))
+              ctypes.byref(h), len(shape), dims(shape), dt, tag))
     return Desc(h)
 
 

@@ -25,6 +25,7 @@ NaN) where oneDNN skips the padding.
 import numpy
 
 from minichain.kernels.onednn import _dnnl as L
+from minichain.kernels.onednn import _fpmath
 from minichain.kernels.onednn._plan import Plan, cached
 
 
@@ -75,13 +76,23 @@ def _on_nhwc(k, y_shape):
             or y_shape[2] * y_shape[3] >= _NHWC_MIN_PIXELS)
 
 
-def _mds(nhwc, x_shape, w_shape, y_shape):
-    """The primitive's mds of (input, weights, output): the activations on
-    NHWC when ``nhwc``, else oneDNN's choice (``format_tag_any``: the
-    blocked layout of its direct 3x3 and 7x7 kernels); weights always
-    its choice (reordered from OIHW by the plan)."""
+def _mds(nhwc, x_shape, w_shape, y_shape, dts=(L.F32,) * 3):
+    """The primitive's mds of (input, weights, output), of data types
+    ``dts``: the activations on NHWC when ``nhwc``, else oneDNN's choice
+    (``format_tag_any``: the blocked layout of its direct 3x3 and 7x7
+    kernels); weights always its choice (reordered from OIHW by the
+    plan)."""
     act = L.channels_last if nhwc else L.any_layout
-    return act(x_shape), L.any_layout(w_shape), act(y_shape)
+    return (act(x_shape, dts[0]), L.any_layout(w_shape, dts[1]),
+            act(y_shape, dts[2]))
+
+
+def _dts(math, out):
+    """Data types of (input, weights, output) under ``math``: the two
+    factors in bfloat16 under 'bf16' (``_fpmath.py``), position ``out``
+    (what the primitive writes) float32."""
+    low = _fpmath.dt(math)
+    return tuple(L.F32 if i == out else low for i in range(3))
 
 
 def _usable(node, y_shape, *arrays):
@@ -123,9 +134,10 @@ def convolution_2d(node, inputs):
     geo = _geometry(x.shape[2:], out, k, node.stride, node.pad, node.dilate)
     if _padded(geo) and not L.finite(W):
         return None
+    math = _fpmath.mode()
     key = ('conv', x.shape, x.strides, W.shape, W.strides, b is not None,
-           geo)
-    plan = cached(key, lambda: _forward_plan(x, W, b, y_shape, geo))
+           geo, math)
+    plan = cached(key, lambda: _forward_plan(x, W, b, y_shape, geo, math))
     if plan is None:
         return None
     node.retain_inputs((0, 1))
@@ -137,12 +149,13 @@ def convolution_2d(node, inputs):
     return plan(args)[L.ARG_DST],
 
 
-def _forward_plan(x, W, b, y_shape, geo):
+def _forward_plan(x, W, b, y_shape, geo, math):
     user = {L.ARG_SRC: L.of(x), L.ARG_WEIGHTS: L.of(W)}
     if None in user.values():
         return None
     bias_md = None if b is None else L.plain(b.shape)
-    mds = _mds(_on_nhwc(W.shape[2:], y_shape), x.shape, W.shape, y_shape)
+    mds = _mds(_on_nhwc(W.shape[2:], y_shape), x.shape, W.shape, y_shape,
+               _dts(math, 2))
     pd = _forward_pd(*mds, geo, bias_md)
     args = (L.ARG_SRC, L.ARG_WEIGHTS, L.ARG_DST) + (
         () if b is None else (L.ARG_BIAS,))
@@ -162,8 +175,11 @@ def deconvolution_2d(node, inputs):
         return None
     geo = _geometry(node.outsize, gy.shape[2:], k, node.stride, node.pad,
                     node.dilate)
-    key = ('deconv', gy.shape, gy.strides, W.shape, W.strides, gx_shape, geo)
-    plan = cached(key, lambda: _backward_data_plan(gy, W, gx_shape, geo))
+    math = _fpmath.mode()
+    key = ('deconv', gy.shape, gy.strides, W.shape, W.strides, gx_shape, geo,
+           math)
+    plan = cached(key, lambda: _backward_data_plan(gy, W, gx_shape, geo,
+                                                   math))
     if plan is None:
         return None
     node.retain_inputs((0, 1))
@@ -173,14 +189,16 @@ def deconvolution_2d(node, inputs):
     return gx,
 
 
-def _backward_data_plan(gy, W, gx_shape, geo):
+def _backward_data_plan(gy, W, gx_shape, geo, math):
     user = {L.ARG_DIFF_DST: L.of(gy), L.ARG_WEIGHTS: L.of(W)}
     if None in user.values():
         return None
     strides, dil, pad_l, pad_r = geo
-    diff_src, w, diff_dst = _mds(_on_nhwc(W.shape[2:], gy.shape), gx_shape,
-                                 W.shape, gy.shape)
-    hint = _forward_pd(diff_src, w, diff_dst, geo)
+    nhwc = _on_nhwc(W.shape[2:], gy.shape)
+    diff_src, w, diff_dst = _mds(nhwc, gx_shape, W.shape, gy.shape,
+                                 _dts(math, 0))
+    hint = _forward_pd(*_mds(nhwc, gx_shape, W.shape, gy.shape,
+                             _dts(math, 2)), geo)
     pd = L.PrimitiveDesc(
         'dnnl_convolution_backward_data_primitive_desc_create',
         lambda pd: L.lib.dnnl_convolution_backward_data_primitive_desc_create(
@@ -195,6 +213,13 @@ def _backward_data_plan(gy, W, gx_shape, geo):
 
 # -- Convolution2DGradW: the convolution's backward weights ---------------------
 def convolution_2d_grad_w(node, inputs):
+    # float32 whatever config.fp32_math says: oneDNN 3.2's bfloat16
+    # backward weights (float32 diff_weights) measured slower than its
+    # float32 one over ResNet-50's convolutions at 32 x 28 small2: float32
+    # time / bf16 time 0.50 in all (0.25-0.40 for 3x3 on 4x4 maps and the
+    # 3-channel stem, 1.0-3.9 on some 1x1), where the forward gained 1.72x
+    # and the backward data 1.80x (interleaved, 2 threads, AMD EPYC Zen 4,
+    # 2026-12-04, a loaded machine).
     x, gy = inputs
     if not _usable(node, gy.shape, x, gy):
         return None

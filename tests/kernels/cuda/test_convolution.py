@@ -102,3 +102,41 @@ def test_register_names_the_three_nodes_for_cuda():
         ('Convolution2D', 'cuda', 'convolution_2d'),
         ('Deconvolution2D', 'cuda', 'deconvolution_2d'),
         ('Convolution2DGradW', 'cuda', 'convolution_2d_grad_w')]
+
+
+def test_fp32_math_sets_cublas_tf32_around_the_products(monkeypatch):
+    # No GPU here: the wrapped kernels run on NumPy while the cuBLAS
+    # switch is recorded. 'bf16' and 'tf32' run TF32 (CuPy has no
+    # bfloat16 compute for float32), set for the call and put back;
+    # 'strict' and a TF32 already on leave the switch alone.
+    import minichain
+    from minichain import backend, kernels
+    from minichain.functions.basic_math import MatMul
+    state, calls = {'on': False}, []
+    monkeypatch.setattr(backend, 'tf32_enabled', lambda: state['on'])
+
+    def set_tf32(on):
+        calls.append(on)
+        state['on'] = on
+    monkeypatch.setattr(backend, 'set_tf32', set_tf32)
+    a = numpy.ones((2, 3), numpy.float32)
+    for mode, on_before, want_calls in (('strict', False, []),
+                                        ('bf16', False, [True, False]),
+                                        ('tf32', False, [True, False]),
+                                        ('bf16', True, [])):
+        calls.clear()
+        state['on'] = on_before
+        kernel = kernels.registered(MatMul, 'cuda')
+        with minichain.using_config('fp32_math', mode):
+            y, = kernel(MatMul(), (a, a.T))
+        assert calls == want_calls, mode
+        assert state['on'] == on_before       # put back
+        numpy.testing.assert_array_equal(y, numpy.full((2, 2), 3.0))
+    conv = kernels.registered(C.Convolution2D, 'cuda')
+    calls.clear()
+    state['on'] = False
+    with minichain.using_config('fp32_math', 'bf16'):
+        conv(C.Convolution2D((1, 1), (0, 0), False, (1, 1), 1),
+             (numpy.ones((1, 2, 3, 3), numpy.float32),
+              numpy.ones((4, 2, 1, 1), numpy.float32)))
+    assert calls == [True, False]
