@@ -29,6 +29,7 @@ EXTRAS = {
     'cuda13': ['cupy-cuda13x[ctk]>=14', 'nvidia-nccl-cu13'],
     'gpu': ['cupy-cuda12x[ctk]>=14', 'nvidia-nccl-cu12'],
     'onednn': [ONEDNN],
+    'cudnn': ['nvidia-cudnn-cu13>=9'],
     'image': ['Pillow'],
     'plot': ['matplotlib'],
     'progress': ['tqdm'],
