@@ -100,8 +100,28 @@ def _run_once(cmd, full_env, timeout):
         out, _ = proc.communicate(timeout=timeout)
         timed_out = False
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
+        out, _ = stop(proc)
         timed_out = True
     return Result(proc.returncode, out.decode(errors='replace'),
                   time.monotonic() - start, timed_out)
+
+
+def stop(proc, grace=10):
+    """End a job that ran too long; returns ``proc.communicate()``'s output.
+
+    SIGTERM first, to the launcher's process group: Open MPI's mpirun passes
+    it on to the ranks (each in a process group of its own) and then removes
+    the job's files, its shared-memory segments in /dev/shm
+    (``vader_segment.*``) and its session folder in /tmp (``ompi.*``),
+    which a SIGKILL would leave behind (seen in `make test-openmpi`'s
+    leftover check). Whatever still runs ``grace`` seconds later is
+    SIGKILLed."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:  # the group is gone already
+            pass
+        try:
+            return proc.communicate(timeout=wait)
+        except subprocess.TimeoutExpired:
+            pass

@@ -190,12 +190,15 @@ while True:  # stuck outside the collectives (a data loader, say)
 
 @pytest.mark.mpi
 @pytest.mark.parametrize('timeout, dies', [('1', True), ('600', False)])
-def test_first_sigterm_after_the_stall_timeout_ends_at_once(timeout, dies):
+def test_first_sigterm_after_the_stall_timeout_ends_at_once(timeout, dies,
+                                                           tmp_path):
     pytest.importorskip('mpi4py')
     root = os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))))
+    # TMPDIR: where Open MPI's singleton puts its session folder, which a
+    # process killed by a signal leaves behind (/tmp/ompi.*): in tmp_path.
     proc = _python(STALLED, {'MINICHAIN_STALL_TIMEOUT': timeout,
-                             'PYTHONPATH': root})
+                             'PYTHONPATH': root, 'TMPDIR': str(tmp_path)})
     try:
         assert proc.stdout.readline().strip() == 'ready'
         time.sleep(2.0)
