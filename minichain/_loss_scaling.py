@@ -71,9 +71,12 @@ class LossScaling:
         self._loss_scaling_isnan = False
         if not self._loss_scaling_is_dynamic:
             return
-        bad = [name for name, p in self.target.namedparams()
-               if p.grad is not None and not bool(
-                   backend.get_array_module(p.grad).isfinite(p.grad).all())]
+        named = [(name, p.grad) for name, p in self.target.namedparams()
+                 if p.grad is not None]
+        # One host read on the good path (a GPU waits once, not per array).
+        if backend.all_finite([g for _, g in named]):
+            return
+        bad = [name for name, g in named if not backend.all_finite([g])]
         if bad:
             self._loss_scaling_isnan = self._loss_scaling_isnan_ever = True
             warnings.warn('{}: update {} skipped: the gradient of {} holds '

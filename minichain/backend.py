@@ -12,6 +12,7 @@ Host tuning of the CPU path (BLAS threads, malloc) is :mod:`minichain.host`;
 its names stay reachable from here, looked up on first use (the ops import
 this module, and the speed layer is no import of theirs).
 """
+import math
 import os
 import sys
 
@@ -355,3 +356,30 @@ def get_nccl():
     if not getattr(nccl, 'available', True):
         raise RuntimeError(_cuda_wheels.nccl_missing(cupy, None))
     return nccl
+
+
+def _total(a):
+    return a.sum(dtype=numpy.float32 if a.dtype.itemsize < 4 else None)
+
+
+def all_finite(arrays):
+    """Whether every element of ``arrays`` (one device) is finite.
+
+    A sum is finite iff every term is (short of an overflow, confirmed
+    elementwise), so the good path costs one reduction per array and, on
+    the GPU, one read of one value."""
+    if not arrays:
+        return True
+    xp = get_array_module(arrays[0])
+    if xp is numpy:
+        fast = math.isfinite(sum(float(_total(a)) for a in arrays))
+    else:
+        fast = bool(finite_flag(arrays))
+    return fast or all(bool(xp.isfinite(a).all()) for a in arrays)
+
+
+def finite_flag(arrays):
+    """A 0-d boolean array on the arrays' device (no host wait): whether
+    each array's sum is finite (False too when a sum only overflowed)."""
+    xp = get_array_module(arrays[0])
+    return xp.isfinite(xp.stack([_total(a) for a in arrays])).all()

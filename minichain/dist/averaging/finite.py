@@ -7,11 +7,11 @@ non-finite value). A sharded state (``shard_state``) is the exception: each
 rank holds the sum of its shard only, so the ranks agree on the verdict
 (``Averaging.agree_finite``, one small allreduce).
 """
-import math
 
 import numpy
 
 from minichain import backend, kernel_seam
+from minichain.backend import all_finite, finite_flag
 from minichain.dist.averaging.base import Wrapper
 from minichain.dist.failures import format_ranks
 
@@ -48,33 +48,6 @@ class NonFiniteGradientError(FloatingPointError):
             'multi-node optimizer: update {}: the averaged gradient holds inf '
             'or NaN, so the update was skipped on every rank; {}'.format(
                 update, cause))
-
-
-def _total(a):
-    return a.sum(dtype=numpy.float32 if a.dtype.itemsize < 4 else None)
-
-
-def all_finite(arrays):
-    """Whether every element of ``arrays`` (one device) is finite.
-
-    A sum is finite iff every term is (short of an overflow, confirmed
-    elementwise), so the good path costs one reduction per array and, on
-    the GPU, one read of one value."""
-    if not arrays:
-        return True
-    xp = backend.get_array_module(arrays[0])
-    if xp is numpy:
-        fast = math.isfinite(sum(float(_total(a)) for a in arrays))
-    else:
-        fast = bool(finite_flag(arrays))
-    return fast or all(bool(xp.isfinite(a).all()) for a in arrays)
-
-
-def finite_flag(arrays):
-    """A 0-d boolean array on the arrays' device (no host wait): whether
-    each array's sum is finite (False too when a sum only overflowed)."""
-    xp = backend.get_array_module(arrays[0])
-    return xp.isfinite(xp.stack([_total(a) for a in arrays])).all()
 
 
 class CheckFinite(Wrapper):
@@ -116,13 +89,16 @@ class CheckFinite(Wrapper):
         local = [(n, p.grad) for n, p in model.namedparams()]
         self._pending = None
         n = self.inner.average(model, has_data)
-        if n and not self.skips():
-            grads = self.inner.averaged_grads(model)
-            if not grads:
-                return n
+        grads = self.inner.averaged_grads(model) if n else None
+        if grads:
             xp = backend.get_array_module(grads[0])
-            if self.defer or (self.defer is None and xp is not numpy
-                              and self.inner.whole_mean):
+            if self.skips():
+                # The optimizer reads the gradients on the host (loss
+                # scaling's check): the averaging is waited for here, where
+                # the watchdog sees a rank that never joined it.
+                self._wait(_event(xp))
+            elif self.defer or (self.defer is None and xp is not numpy
+                                and self.inner.whole_mean):
                 self._pending = local, finite_flag(grads), _event(xp)
             elif not self.inner.agree_finite(self._read(
                     finite_flag(grads), _event(xp), grads)):
@@ -142,13 +118,16 @@ class CheckFinite(Wrapper):
             self._raise(local)
 
     def _read(self, flag, event, grads):
-        """The flag, read on the host once ``event`` has passed (watched as
-        an MPI wait is); a False confirmed elementwise (an overflow of a
-        sum is no inf)."""
+        """The flag, read on the host once ``event`` has passed; a False
+        confirmed elementwise (an overflow of a sum is no inf)."""
+        self._wait(event)
+        return bool(flag) or all_finite(grads)
+
+    def _wait(self, event):
+        """Until ``event`` has passed, watched as an MPI wait is."""
         self.comm.wait_until(lambda: event.done,
                              'the NaN check of the averaged gradients',
                              on_stall=getattr(self.comm, 'abort_nccl', None))
-        return bool(flag) or all_finite(grads)
 
     def _raise(self, local):
         mine = [n for n, g in local if g is not None and not all_finite([g])]
