@@ -126,6 +126,12 @@ def get_dtype(dtype=None, map_mixed16=None):
     """
     if dtype is None:
         dtype = config.dtype
-    if dtype is mixed16 or isinstance(dtype, str) and dtype == 'mixed16':
+    if is_mixed16(dtype):
         dtype = numpy.float16 if map_mixed16 is None else map_mixed16
     return numpy.dtype(dtype)
+
+
+def is_mixed16(dtype):
+    """Whether ``dtype`` is Chainer's mixed16 (:data:`mixed16` or
+    ``'mixed16'``)."""
+    return dtype is mixed16 or isinstance(dtype, str) and dtype == 'mixed16'

@@ -12,13 +12,14 @@ overflow (float16's range; bfloat16 has float32's).
 """
 from minichain import backend
 from minichain import functions as F
-from minichain.configuration import config
+from minichain.configuration import config, is_mixed16
 from minichain.functions._check import unwrap
 
 
 def on():
-    """Whether ``config.dtype`` is 'mixed16'."""
-    return isinstance(config.dtype, str) and config.dtype == 'mixed16'
+    """Whether ``config.dtype`` is mixed16 ('mixed16' or
+    ``minichain.mixed16``)."""
+    return is_mixed16(config.dtype)
 
 
 def half(x, *params):

@@ -51,6 +51,16 @@ def test_dtypes_under_mixed16():
     assert model.predictor.bn.avg_mean.dtype == numpy.float32
 
 
+def test_chainers_mixed16_object_turns_it_on_too():
+    # config.dtype = chainer.mixed16 (an object, not the string) is the way
+    # Chainer's docs write it: it used to give float32 activations.
+    with minichain.using_config('dtype', minichain.mixed16):
+        model = _Net()
+        model(_data()[0])
+    assert model.h.dtype == BF16
+    assert all(p.dtype == numpy.float32 for p in model.params())
+
+
 def test_batch_normalization_computes_in_float32():
     # The same 16-bit input, normalized by the float32 layer, gives the
     # float32 result rounded once to bfloat16.

@@ -15,7 +15,8 @@ import numpy
 
 from minichain import backend
 from minichain import functions as F
-from minichain.configuration import config, no_backprop_mode, using_config
+from minichain.configuration import (config, is_mixed16, no_backprop_mode,
+                                     using_config)
 from minichain.dist.batch_normalization import MultiNodeBatchNormalization
 from minichain.dist.datasets import shard_bounds
 from minichain.dist.optimizers import create_multi_node_optimizer
@@ -253,7 +254,7 @@ def assert_data_parallel_equivalent(make_model, x, t, comm, lossfun=None,
     if rtol is None:
         rtol = (1e-10 if x.dtype == numpy.float64 else
                 BF16_RTOL if config.fp32_math == 'bf16'
-                or config.dtype == 'mixed16' else 1e-4)
+                or is_mixed16(config.dtype) else 1e-4)
     mine, whole = _micro_batches(local_sizes, micro, rank)
 
     ref, dp = make_model(), make_model()

@@ -16,6 +16,7 @@ import ctypes
 import numpy
 
 from minichain import backend
+from minichain.configuration import fp32_math
 from minichain.functions import convolution as _conv
 from minichain.functions.geometry import conv_outsize
 from minichain.kernels.cudnn import _lib
@@ -43,7 +44,10 @@ def fits(node, *arrays):
 
 
 def _math(dtype):
-    if dtype == numpy.float16 or backend.tf32_enabled():
+    # config.fp32_math 'tf32' and 'bf16' mean TF32 here, as for the CuPy
+    # kernels (kernels/cuda's under_fp32_math), which set cuBLAS's mode.
+    if (dtype == numpy.float16 or fp32_math() != 'strict'
+            or backend.tf32_enabled()):
         return _lib.TENSOR_OP_MATH
     return _lib.FMA_MATH   # no TF32: float32 products stay float32
 
