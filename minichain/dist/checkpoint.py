@@ -11,6 +11,7 @@ kept for the programs that use it::
     trainer.run()
 """
 import os
+import sys
 import time
 import warnings
 
@@ -71,7 +72,11 @@ class MultiNodeCheckpointer(extension.Extension):
                 optimizer.needs_broadcast = False
 
     def finalize(self):
-        """Remove this rank's checkpoints (training ended without error)."""
+        """Remove this rank's checkpoints, unless an exception is on its way
+        out of the trainer (``Trainer.run`` calls this in its ``finally``):
+        then they are what the rerun resumes from."""
+        if sys.exc_info()[0] is not None:
+            return
         for name in self.files:
             try:
                 os.remove(os.path.join(self.path, name))

@@ -73,12 +73,19 @@ class MultiNodeChainList(ChainList):
         # The last variable of the graph so far that what comes next does
         # not depend on yet: the next piece is joined behind it.
         last = None
-        for link, (ranks_in, ranks_out) in zip(self, self._rank_inouts):
+        for i, (link, (ranks_in, ranks_out)) in enumerate(
+                zip(self, self._rank_inouts)):
             if ranks_in is None:
                 xs = _behind(last, tuple(inputs))
             else:
                 xs = []
                 for r in ranks_in:
+                    if r == comm.rank and not to_self:
+                        raise ValueError(
+                            '{}: piece {} takes an input from rank {} (this '
+                            'rank), which no earlier piece sent itself: check '
+                            'that rank_in and rank_out match'.format(
+                                type(self).__name__, i, r))
                     if r == comm.rank:
                         x = _behind(last, to_self.popleft())
                     else:

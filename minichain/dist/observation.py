@@ -16,8 +16,9 @@ from minichain.variable import Variable
 
 
 def _mean_of_all(histories):
+    """The mean of every rank's values; None when no rank has one yet."""
     values = [v for history in histories for v in history]
-    return sum(values) / len(values)
+    return sum(values) / len(values) if values else None
 
 
 class ObservationAggregator(extension.Extension):

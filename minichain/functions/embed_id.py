@@ -1,5 +1,8 @@
 """The embedding's function: embed_id (row ``x[i]`` of ``W``)."""
+import numpy
+
 from minichain import backend
+from minichain.configuration import config
 from minichain.function_node import FunctionNode
 from minichain.functions._check import check_float, unwrap
 
@@ -80,4 +83,17 @@ def embed_id(x, W, ignore_label=None):
     if Wa.ndim != 2:
         raise ValueError('embed_id: W must be 2-D (n_ids, n_units), got '
                          'shape {}'.format(Wa.shape))
+    # An id out of range would wrap (-1 is the last row) or fail in
+    # indexing without a word of embed_id. Checked on the host always, on
+    # a GPU under config.debug only (the check waits for the device).
+    if backend.get_array_module(xa) is numpy or config.debug:
+        ids = xa if ignore_label is None else xa[xa != ignore_label]
+        if ids.size and not (0 <= int(ids.min()) and
+                             int(ids.max()) < len(Wa)):
+            raise ValueError(
+                'embed_id: ids must lie in [0, {}) (W of shape {}){}, got '
+                '{} to {} in x of shape {}'.format(
+                    len(Wa), Wa.shape, '' if ignore_label is None else
+                    ' or equal ignore_label={}'.format(ignore_label),
+                    int(ids.min()), int(ids.max()), xa.shape))
     return EmbedIDFunction(ignore_label).apply((x, W))[0]

@@ -11,7 +11,8 @@ from minichain.functions import array as _array
 from minichain.functions import basic_math as _math
 from minichain.functions.math import exp
 from minichain.functions._check import (check_array, check_float,
-                                        normalize_axis, unwrap)
+                                        check_same_dtype, normalize_axis,
+                                        unwrap)
 
 __all__ = ['sum', 'mean', 'average', 'max', 'min', 'logsumexp']
 
@@ -126,6 +127,7 @@ def average(x, axis=None, weights=None, keepdims=False):
     xa, wa = unwrap(x), unwrap(weights)
     check_float('average', xa, 'x')
     check_array('average', wa, 'weights')
+    check_same_dtype('average', xa, wa)
     axis = normalize_axis('average', axis, xa.ndim)
     if axis is not None and len(axis) > 1:
         raise ValueError('average: axis {} has several axes; with weights '

@@ -191,6 +191,27 @@ def test_checkpointer_resumes_from_the_common_newest(mpi_ranks, tmp_path):
     assert 'avg=' in cp.get_stats()
 
 
+@pytest.mark.mpi(ranks=[2], timeout=120)
+def test_checkpointer_keeps_its_files_when_training_fails(mpi_ranks,
+                                                          tmp_path):
+    from minichain.dist import create_multi_node_checkpointer
+    comm = _comm()
+    out = os.path.join(_shared_folder(comm, tmp_path), 'cp')
+    with pytest.warns(DeprecationWarning, match='multi_node_snapshot'):
+        cp = create_multi_node_checkpointer('run', comm, path=out)
+    trainer = make_trainer(out, stop=(3, 'epoch'))
+    trainer.extend(cp, trigger=(1, 'epoch'))
+
+    def fail(trainer):
+        if trainer.updater.epoch == 2:
+            raise RuntimeError('the data went missing')
+    trainer.extend(fail, trigger=(1, 'epoch'))
+    with pytest.raises(RuntimeError, match='the data went missing'):
+        trainer.run()  # finalize keeps them: the rerun resumes from them
+    assert cp.files and all(os.path.exists(os.path.join(out, name))
+                            for name in cp.files)
+
+
 class _Sum(minichain.Link):
     def forward(self, x, t):
         return [int(v) for v in t]
@@ -247,3 +268,10 @@ def test_multi_node_snapshot_with_replica_sets(mpi_ranks, tmp_path):
         assert [e['epoch'] for e in log] == [1, 2, 3]
     with pytest.raises(ValueError, match='at most once'):
         multi_node_snapshot(comm, extensions.snapshot(), [[0, 1], [1]])
+
+
+def test_the_mean_of_no_values_yet_is_none_on_rank_0_too():
+    # (it was a ZeroDivisionError on rank 0 alone: the others then waited)
+    from minichain.dist.observation import _mean_of_all
+    assert _mean_of_all([[], []]) is None
+    assert _mean_of_all([[1.0], [2.0, 3.0]]) == 2.0

@@ -138,3 +138,17 @@ def test_an_output_sent_to_itself_and_never_taken_is_an_error(mpi_ranks):
                    rank_out=comm.rank)
     with pytest.raises(ValueError, match='sent itself 1 output'):
         model(numpy.ones((1, 2)))
+
+
+@pytest.mark.mpi(ranks=[2], timeout=120)
+def test_an_input_from_itself_that_was_never_sent_is_an_error(mpi_ranks):
+    from minichain import dist
+    comm = _comm()
+    model = dist.MultiNodeChainList(comm)
+    model.add_link(Piece(linear(numpy.random.default_rng(0), 2, 2),
+                         lambda k, x: k(x)), rank_in=comm.rank,
+                   rank_out=None)
+    with pytest.raises(ValueError, match=r'MultiNodeChainList: piece 0 takes '
+                       'an input from rank {} \\(this rank\\), which no '
+                       'earlier piece sent itself'.format(comm.rank)):
+        model(numpy.ones((1, 2)))

@@ -54,3 +54,13 @@ def test_errors_name_the_function():
         F.embed_id(numpy.zeros(2), Variable(numpy.zeros((3, 2))))
     with pytest.raises(ValueError, match=r'embed_id: W must be 2-D'):
         F.embed_id(IDS, Variable(numpy.zeros(3)))
+
+
+def test_an_id_out_of_range_is_an_error_not_another_row():
+    W = Variable(numpy.zeros((5, 2)))
+    for ids in ([-1, 0], [0, 5]):  # -1 would read the last row
+        with pytest.raises(ValueError, match=r'embed_id: ids must lie in '
+                           r'\[0, 5\) \(W of shape \(5, 2\)\), got'):
+            F.embed_id(numpy.array(ids), W)
+    # the ignored id may be anything
+    F.embed_id(numpy.array([-1, 4]), W, ignore_label=-1)

@@ -211,3 +211,6 @@ def test_average_refuses_what_chainer_does():
         F.average(x, 1, numpy.ones(3))
     with pytest.raises(TypeError, match='average: x .*int64'):
         F.average(numpy.arange(3), weights=numpy.ones(3))
+    with pytest.raises(TypeError, match='average: inputs must share one '
+                       'dtype, got float64, float32'):
+        F.average(numpy.ones(3), weights=numpy.ones(3, numpy.float32))
