@@ -116,7 +116,7 @@ class CollectivesMixin:
     def bcast(self, x, root=0):
         """Return ``root``'s array on every rank (``x`` ignored elsewhere)."""
         with self.collective('bcast'):
-            meta = (attempt(lambda: _meta(x, 'bcast') + (mpi.to_host(x)[1],))
+            meta = (attempt(lambda: _meta(x, 'bcast') + (mpi.on_gpu(x),))
                     if self.rank == root else None)
             shape, dtype, on_gpu = self._bcast_pickled(meta, root)
             if self.rank == root:
@@ -180,7 +180,7 @@ class CollectivesMixin:
                 raise ValueError('scatter: root {} passed {} rows for {} '
                                  'ranks'.format(root, None if xs is None
                                                 else len(xs), self.size))
-            return [_meta(x, 'scatter') for x in xs], mpi.to_host(xs[0])[1]
+            return [_meta(x, 'scatter') for x in xs], mpi.on_gpu(xs[0])
         with self.collective('scatter'):
             meta = attempt(root_meta) if self.rank == root else None
             metas, on_gpu = self._bcast_pickled(meta, root)
@@ -224,7 +224,7 @@ class CollectivesMixin:
                     requests += self._post_host(sent[r], got[r], r)
             for request in requests:
                 self.wait_request(request)
-        on_gpu = mpi.to_host(xs[0])[1]
+        on_gpu = mpi.on_gpu(xs[0])
         return tuple(mpi.from_host(y, on_gpu) for y in got)
 
     # -- point to point -------------------------------------------------------
@@ -236,7 +236,7 @@ class CollectivesMixin:
         arrays = data if isinstance(data, (tuple, list)) else (data,)
         hosts = [_host(x, 'send') for x in arrays]
         meta = (arrays is data, [(a.shape, a.dtype.str) for a in hosts],
-                any(mpi.to_host(x)[1] for x in arrays))
+                any(mpi.on_gpu(x) for x in arrays))
         mpi.send_obj(self.wire, meta, self._peer(dest, 'send'), tag)
         for host in hosts:
             self._send_host(host, dest, tag)

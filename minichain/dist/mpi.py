@@ -183,10 +183,15 @@ def recv_obj(comm, source, tag=0, status=None):
     return pickle.loads(recv_bytes(comm, source, tag, status))
 
 
+def on_gpu(x):
+    """Whether ``x`` is a CuPy array (no copy)."""
+    return backend.get_device_id(x) >= 0
+
+
 def to_host(x):
     """``(host_array, was_on_gpu)`` for a NumPy or CuPy array."""
-    on_gpu = backend.get_device_id(x) >= 0
-    return (backend.to_cpu(x) if on_gpu else numpy.asarray(x)), on_gpu
+    gpu = on_gpu(x)
+    return (backend.to_cpu(x) if gpu else numpy.asarray(x)), gpu
 
 
 def from_host(a, on_gpu):

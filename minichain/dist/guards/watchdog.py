@@ -261,10 +261,8 @@ class Wire:
     def Recv(self, buf, source, tag=0, status=None):
         if not self.polling:
             return self.comm.Recv(buf, source=source, tag=tag, status=status)
-        request = self.comm.Irecv(buf, source=source, tag=tag)
-        if not request.Test(status):
-            self._wait_slow(lambda: request.Test(status), (
-                'receive from', source if source >= 0 else 'any rank'))
+        self._wait(self.comm.Irecv(buf, source=source, tag=tag), (
+            'receive from', source if source >= 0 else 'any rank'), status)
 
     def Iallreduce(self, sendbuf, recvbuf, op):
         """Post a non-blocking Allreduce; returns its request, for
@@ -326,9 +324,9 @@ class Wire:
         self.side = self.comm = None
 
     # -- waiting --------------------------------------------------------------
-    def _wait(self, request, p2p=None):
-        if not request.Test():
-            self._wait_slow(request.Test, p2p)
+    def _wait(self, request, p2p=None, status=None):
+        if not request.Test(status):
+            self._wait_slow(lambda: request.Test(status), p2p)
 
     def _wait_slow(self, done, p2p):
         # Most waits end within microseconds: test back to back, now and then
