@@ -372,7 +372,9 @@ def all_finite(arrays):
         return True
     xp = get_array_module(arrays[0])
     if xp is numpy:
-        fast = math.isfinite(sum(float(_total(a)) for a in arrays))
+        # inf + -inf is NaN, as it should be here: no warning for it
+        with numpy.errstate(invalid='ignore', over='ignore'):
+            fast = math.isfinite(sum(float(_total(a)) for a in arrays))
     else:
         fast = bool(finite_flag(arrays))
     return fast or all(bool(xp.isfinite(a).all()) for a in arrays)
