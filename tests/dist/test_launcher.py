@@ -6,7 +6,8 @@ import sys
 import pytest
 
 from minichain.dist import launcher
-from tests.dist._launch import launcher_crashed, require_mpi
+from tests.dist._launch import (ORTE_WEDGE, Result, launcher_crashed,
+                                launcher_wedged, require_mpi)
 
 
 def test_environment_variable_wins_and_is_split_like_a_shell(monkeypatch):
@@ -130,3 +131,12 @@ def test_only_the_launchers_own_teardown_crash_is_rerun():
     assert not launcher_crashed(70, MPIRUN_CRASH)
     # the launcher killed (a hang's SIGKILL), with no backtrace of its own
     assert not launcher_crashed(-9, '[rank 0] waiting\n')
+
+
+def test_only_the_launchers_own_teardown_hang_is_rerun():
+    wedged = '[rank 0] ... ending the job\n[vm:1] [[1,0],0] {} at line 507\n' \
+        .format(ORTE_WEDGE)
+    assert launcher_wedged(Result(-9, wedged, 100.0, True))
+    assert not launcher_wedged(Result(70, wedged, 3.0, False))
+    # a hang of the ranks themselves is the test's failure, never rerun
+    assert not launcher_wedged(Result(-9, '[rank 0] waiting\n', 100.0, True))
