@@ -2,7 +2,7 @@
 
 It is one MAX allreduce of 16 integers: the collective's kind, its sequence
 number on the communicator, a hash of what the ranks must agree on (shapes,
-dtypes, the root, a model's layout, a training step) and a few values to
+dtypes, the root, a model's layout), a training step and a few values to
 combine. Ranks that called different collectives meet in it whatever each
 called, and all raise the same :class:`CollectiveMismatchError`, naming
 every rank's call, instead of hanging (MPI would match an allreduce with
@@ -11,6 +11,7 @@ bad argument on one rank) travels in it too, so that every rank raises it.
 It replaces the small exchanges the collectives made anyway (shapes,
 lengths), so that the training path pays no extra message for it.
 """
+import array
 import hashlib
 import zlib
 
@@ -21,7 +22,7 @@ from minichain.dist.failures import (  # noqa: F401 - also public here
     Failure, attempt, by_rank, format_ranks, raise_failures)
 
 HEADER_SIZE = 16
-N_MAXES, N_ROOT = 4, 6     # header slots: combined by max, set by the root
+N_MAXES, N_ROOT = 4, 4     # header slots: combined by max, set by the root
 _UNSET = numpy.iinfo(numpy.int64).min
 _codes = {}
 _hashes = {}               # layout_hash's table: layout -> hash
@@ -44,12 +45,12 @@ def _code(kind):
 
 
 def header(wire, agree=None, on_mismatch=None, maxes=(), root=None,
-           root_values=()):
+           root_values=(), step=None):
     """The first message of every collective (see the module docstring).
 
-    One MAX allreduce of ``[code, -code, seq, -seq, h, -h, maxes...,
-    root values...]``: the ranks agree on a value iff its max equals minus
-    the max of its negation.
+    One MAX allreduce of ``[code, -code, seq, -seq, h, -h, step, -step,
+    maxes..., root values...]``: the ranks agree on a value iff its max
+    equals minus the max of its negation.
 
     Args:
         wire: the communicator's :class:`~minichain.dist.guards.watchdog.Wire`,
@@ -60,28 +61,35 @@ def header(wire, agree=None, on_mismatch=None, maxes=(), root=None,
             exception to raise (default: a ValueError listing them);
             Failures are raised first.
         maxes: up to 4 integers combined by max over the ranks.
-        root, root_values: up to 6 integers that rank ``root`` provides.
+        root, root_values: up to 4 integers that rank ``root`` provides.
+        step: a training step (an int >= 0) every rank must be at, or None.
+            It has slots of its own: the hash of a model's layout, the
+            same from step to step, is then computed once (``layout_hash``).
     Returns:
         ``(maxes, root_values)`` combined, as tuples of ints.
     Raises:
         CollectiveMismatchError: the ranks are in different collectives
-            (unless one is in :func:`raise_everywhere`: then its error).
+            or at different steps (unless one is in
+            :func:`raise_everywhere`: then its error).
         whatever ``on_mismatch`` returns, or a Failure's error.
     """
-    if len(maxes) > N_MAXES or len(root_values) > N_ROOT:
+    n_maxes, n_root = len(maxes), len(root_values)
+    if n_maxes > N_MAXES or n_root > N_ROOT:
         raise ValueError('header: at most {} maxes and {} root values'
                          .format(N_MAXES, N_ROOT))
     kind, _, seq = wire.current()
-    # A Python list, one array for MPI and back: a numpy operation per
-    # slot would cost more than the allreduce itself (every step has one).
-    v = [_UNSET] * HEADER_SIZE
-    v[6:6 + len(maxes)] = maxes
-    if wire.rank == root:
-        v[10:10 + len(root_values)] = root_values
     if wire.size > 1:
+        # A Python list and one array.array for MPI: a numpy operation per
+        # slot would cost more than the allreduce itself (every step has one).
         code, h = _code(kind), layout_hash(agree)
-        v[:6] = code, -code, seq, -seq, h, -h
-        buf = numpy.array(v, dtype=numpy.int64)
+        s = -1 if step is None else step
+        v = [code, -code, seq, -seq, h, -h, s, -s]
+        v += maxes
+        v += _PAD[:N_MAXES - n_maxes]
+        if wire.rank == root:
+            v += root_values
+        v += _PAD[:HEADER_SIZE - len(v)]
+        buf = array.array('q', v)
         MPI = mpi.import_mpi()
         wire.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
         v = buf.tolist()
@@ -91,13 +99,35 @@ def header(wire, agree=None, on_mismatch=None, maxes=(), root=None,
             raise_failures([failure for _, _, failure in calls])
             raise CollectiveMismatchError(collective_mismatch_message(
                 wire, [call[:2] for call in calls]))
-        if v[4] != -v[5]:
-            values = wire.allgather_obj(agree)
-            raise_failures(values)
-            raise (on_mismatch or _differ(kind))(values)
+        if v[4] != -v[5] or v[6] != -v[7]:
+            _mismatch(wire, kind, agree, step, on_mismatch)
+    else:
+        v = [0] * 8 + list(maxes) + _PAD[:N_MAXES - n_maxes] + list(
+            root_values)
     wire.joined = seq
-    raise_failures([agree])
-    return tuple(v[6:6 + len(maxes)]), tuple(v[10:10 + len(root_values)])
+    if isinstance(agree, Failure):  # a local error, on one rank alone
+        raise_failures([agree])
+    return tuple(v[8:8 + n_maxes]), tuple(v[12:12 + n_root])
+
+
+_PAD = [_UNSET] * HEADER_SIZE
+
+
+def _mismatch(wire, kind, agree, step, on_mismatch):
+    """Raise, on every rank, what the ranks disagree on: a Failure's error
+    first, then different steps, then different ``agree`` values."""
+    values = wire.allgather_obj((agree, step))
+    raise_failures([a for a, _ in values])
+    steps = [s for _, s in values]
+    if len(set(steps)) > 1:
+        raise CollectiveMismatchError(
+            '{}: the ranks are at different training steps: {} (a rank '
+            'skipped an update, e.g. an exception caught and ignored, or '
+            'ran out of data: every rank must call update the same '
+            'number of times; see minichain.dist.join for shards of '
+            'different lengths)'.format(kind, by_rank(
+                steps, lambda s: 'update {}'.format(s + 1))))
+    raise (on_mismatch or _differ(kind))([a for a, _ in values])
 
 
 def _differ(kind):

@@ -115,20 +115,11 @@ def agree(wire, layout, where, count=0, step=None, maxes=()):
         ModelMismatchError: on every rank, with a table of the differences.
         CollectiveMismatchError: the ranks are at different steps.
     """
-    def error(values):
-        steps = [s for _, s in values]
-        if len(set(steps)) > 1:
-            return CollectiveMismatchError(
-                '{}: the ranks are at different training steps: {} (a rank '
-                'skipped an update, e.g. an exception caught and ignored, or '
-                'ran out of data: every rank must call update the same '
-                'number of times; see minichain.dist.join for shards of '
-                'different lengths)'.format(where, by_rank(
-                    steps, lambda s: 'update {}'.format(s + 1))))
-        return ModelMismatchError(mismatch_message(
-            where, [layout for layout, _ in values]))
-    combined, _ = header(wire, (layout, step), error, maxes=(count,) + tuple(
-        maxes))
+    # A tuple, so that the header hashes a model's layout once (see
+    # agreement.layout_hash), not at every step.
+    combined, _ = header(wire, tuple(layout), lambda layouts: (
+        ModelMismatchError(mismatch_message(where, layouts))),
+        maxes=(count,) + tuple(maxes), step=step)
     return combined
 
 
@@ -225,9 +216,7 @@ def plan_grads(wire, named_params, zero_fill, extra=(), step=None,
         entries.append((name, p, g))
         n_missing += g is None
     flags = () if active is None else (int(not active), int(bool(active)))
-    # A tuple, so that the header hashes a step's layout once (see
-    # agreement.layout_hash).
-    layout = tuple(layout) + tuple(extra)
+    layout += extra
     n_missing, *joined = agree(wire, layout, 'multi_node_mean_grad',
                                n_missing, step, flags)
     MPI = mpi.import_mpi()
