@@ -51,11 +51,6 @@ def _allreduce_meta(x, op):
     return _meta(x, 'allreduce') + (op,)
 
 
-def _pickled(obj):
-    return numpy.frombuffer(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL),
-                            numpy.uint8)
-
-
 class CollectivesMixin:
     """Array and object collectives over ``self.wire``, each in
     ``self.collective(kind)`` and opening with ``self.header(...)`` (see
@@ -65,7 +60,7 @@ class CollectivesMixin:
         """Header (agreeing on ``agree``, the root and the length), then
         ``root``'s pickled ``obj`` on every rank; a Failure is raised on
         every rank."""
-        data = _pickled(obj) if self.rank == root else None
+        data = mpi.pickled(obj) if self.rank == root else None
         _, (n,) = self.header((agree, root), root=root, root_values=(
             data.size if data is not None else 0,))
         buf = data.copy() if data is not None else numpy.empty(n, numpy.uint8)
