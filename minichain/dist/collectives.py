@@ -8,6 +8,7 @@ so that a mismatch, or a bad argument on one rank, raises the same error on
 every rank instead of truncating or hanging. All messages go through the
 communicator's :class:`~minichain.dist.guards.watchdog.Wire`.
 """
+import functools
 import pickle
 
 import numpy
@@ -300,10 +301,7 @@ class CollectivesMixin:
         with self.collective('allreduce_obj'):
             self.header(attempt(check))
             values = mpi.allgather_obj(self.wire, obj)
-        out = values[0]
-        for v in values[1:]:
-            out = fns[op](out, v)
-        return out
+        return functools.reduce(fns[op], values)
 
     # -- helpers --------------------------------------------------------------
     def _send_host(self, a, dest, tag):
