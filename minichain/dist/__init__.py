@@ -162,6 +162,15 @@ def default_layers():
     return tuple(hooks.layers)
 
 
+def _communicator_class(name, layers=None):
+    """The class of communicator ``name`` (a key of the table above) with
+    ``layers`` in front (None: :func:`default_layers`)."""
+    from minichain.dist.communicator_base import with_layers
+    module, cls = _COMMUNICATORS[name]
+    return with_layers(getattr(importlib.import_module(module), cls),
+                       default_layers() if layers is None else tuple(layers))
+
+
 def create_communicator(communicator_name='auto', mpi_comm=None,
                         allreduce_grad_dtype=None, overlap=False,
                         bucket_mb=None, layers=None):
@@ -207,10 +216,7 @@ def create_communicator(communicator_name='auto', mpi_comm=None,
                          'valid names: {}'.format(
                              communicator_name,
                              ', '.join(['auto'] + sorted(_COMMUNICATORS))))
-    module, cls = _COMMUNICATORS[name]
-    from minichain.dist.communicator_base import with_layers
-    cls = with_layers(getattr(importlib.import_module(module), cls),
-                      default_layers() if layers is None else tuple(layers))
+    cls = _communicator_class(name, layers)
     if overlap and not cls.can_overlap:
         raise ValueError('create_communicator: the {} communicator cannot '
                          'overlap (use flat, pure_nccl or hierarchical)'

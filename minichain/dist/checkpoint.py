@@ -10,6 +10,7 @@ kept for the programs that use it::
     checkpointer.maybe_load(trainer, optimizer)   # on every rank
     trainer.run()
 """
+import contextlib
 import os
 import sys
 import time
@@ -78,10 +79,8 @@ class MultiNodeCheckpointer(extension.Extension):
         if sys.exc_info()[0] is not None:
             return
         for name in self.files:
-            try:
+            with contextlib.suppress(OSError):
                 os.remove(os.path.join(self.path, name))
-            except OSError:
-                pass
         self.files = []
 
     def get_stats(self):
@@ -106,10 +105,8 @@ class MultiNodeCheckpointer(extension.Extension):
         kept = sorted(common)[-self.cp_interval:]
         if remove_others:
             for i in mine - set(kept):
-                try:
+                with contextlib.suppress(OSError):
                     os.remove(os.path.join(self.path, self._filename(i)))
-                except OSError:
-                    pass
         self.files = [self._filename(i) for i in kept]
         return kept
 

@@ -8,6 +8,7 @@ so that a mismatch, or a bad argument on one rank, raises the same error on
 every rank instead of truncating or hanging. All messages go through the
 communicator's :class:`~minichain.dist.guards.watchdog.Wire`.
 """
+import functools
 import pickle
 
 import numpy
@@ -51,11 +52,6 @@ def _allreduce_meta(x, op):
     return _meta(x, 'allreduce') + (op,)
 
 
-def _pickled(obj):
-    return numpy.frombuffer(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL),
-                            numpy.uint8)
-
-
 class CollectivesMixin:
     """Array and object collectives over ``self.wire``, each in
     ``self.collective(kind)`` and opening with ``self.header(...)`` (see
@@ -65,7 +61,7 @@ class CollectivesMixin:
         """Header (agreeing on ``agree``, the root and the length), then
         ``root``'s pickled ``obj`` on every rank; a Failure is raised on
         every rank."""
-        data = _pickled(obj) if self.rank == root else None
+        data = mpi.pickled(obj) if self.rank == root else None
         _, (n,) = self.header((agree, root), root=root, root_values=(
             data.size if data is not None else 0,))
         buf = data.copy() if data is not None else numpy.empty(n, numpy.uint8)
@@ -305,10 +301,7 @@ class CollectivesMixin:
         with self.collective('allreduce_obj'):
             self.header(attempt(check))
             values = mpi.allgather_obj(self.wire, obj)
-        out = values[0]
-        for v in values[1:]:
-            out = fns[op](out, v)
-        return out
+        return functools.reduce(fns[op], values)
 
     # -- helpers --------------------------------------------------------------
     def _send_host(self, a, dest, tag):

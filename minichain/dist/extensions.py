@@ -6,12 +6,9 @@
   own shard (ChainerMN's fourth porting call).
 * :func:`multi_node_snapshot` writes the trainer from one rank and resumes
   every rank from that one file; it records the number of processes and
-  refuses a snapshot written by a different one. Typical use::
+  refuses a snapshot written by a different one (its docstring has an
+  example).
 
-    snap = dist.multi_node_snapshot(comm)
-    trainer.extend(snap, trigger=(1, 'epoch'))
-    if args.resume:
-        snap.load(args.resume, trainer)   # on every rank, after extend
 The rest of ``chainermn.extensions`` is imported from its own modules.
 """
 import contextlib

@@ -132,12 +132,17 @@ def iallreduce_buffer(wire, buf):
             for start, stop in chunks(flat.size, flat.itemsize)]
 
 
+def pickled(obj):
+    """``obj`` pickled, as a uint8 array (a message's buffer)."""
+    return numpy.frombuffer(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL),
+                            numpy.uint8)
+
+
 def allgather_obj(comm, obj):
     """Every rank's picklable ``obj``, in rank order, over an mpi4py
     communicator or a :class:`~minichain.dist.guards.watchdog.Wire` (two
     messages: the lengths, then the bytes)."""
-    data = numpy.frombuffer(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL),
-                            numpy.uint8)
+    data = pickled(obj)
     sizes = numpy.empty(comm.size, numpy.int64)
     comm.Allgather(numpy.array([data.size], numpy.int64), sizes)
     out = numpy.empty(int(sizes.sum()), numpy.uint8)
@@ -147,19 +152,20 @@ def allgather_obj(comm, obj):
             for o, n in zip(offsets, sizes)]
 
 
-def send_bytes(comm, data, dest, tag=0):
-    """Send ``bytes`` of any length to ``dest`` (length first, then chunks).
+def send_obj(comm, obj, dest, tag=0):
+    """Send a picklable object of any pickled size to ``dest`` (its length
+    first, then its bytes in chunks).
 
     ``comm`` is an mpi4py communicator or a :class:`~minichain.dist.guards.watchdog.
     Wire` (only ``Send``/``Recv`` are used, so that a Wire can watch them)."""
-    buf = numpy.frombuffer(data, dtype=numpy.uint8)
+    buf = pickled(obj)
     comm.Send(numpy.array([buf.size], numpy.int64), dest=dest, tag=tag)
     for start, stop in chunks(buf.size, 1):
         comm.Send(buf[start:stop], dest=dest, tag=tag)
 
 
-def recv_bytes(comm, source, tag=0, status=None):
-    """Receive what :func:`send_bytes` sent. ``source`` and ``tag`` may be
+def recv_obj(comm, source, tag=0, status=None):
+    """Receive what :func:`send_obj` sent. ``source`` and ``tag`` may be
     ``MPI.ANY_SOURCE`` and ``MPI.ANY_TAG``: the chunks then come from where
     the length came from. ``status`` (an ``MPI.Status``) is filled in."""
     n = numpy.empty(1, numpy.int64)
@@ -169,18 +175,7 @@ def recv_bytes(comm, source, tag=0, status=None):
     buf = numpy.empty(int(n[0]), dtype=numpy.uint8)
     for start, stop in chunks(buf.size, 1):
         comm.Recv(buf[start:stop], source=source, tag=tag)
-    return buf.tobytes()
-
-
-def send_obj(comm, obj, dest, tag=0):
-    """Send a picklable object of any pickled size to ``dest``."""
-    send_bytes(comm, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL),
-               dest, tag)
-
-
-def recv_obj(comm, source, tag=0, status=None):
-    """Receive what :func:`send_obj` sent (see :func:`recv_bytes`)."""
-    return pickle.loads(recv_bytes(comm, source, tag, status))
+    return pickle.loads(buf.tobytes())
 
 
 def on_gpu(x):

@@ -171,14 +171,10 @@ def exchange(wire, send, recv):
     Wire, so that the stall watchdog names a rank that stops sending.
     """
     right, left = (wire.rank + 1) % wire.size, (wire.rank - 1) % wire.size
-    requests = []
-    for start, stop in mpi.chunks(recv.nbytes, 1):
-        requests.append(wire.Irecv(mpi.as_bytes(recv)[start:stop], left,
-                                   mpi.TAG_RING))
-    for start, stop in mpi.chunks(send.nbytes, 1):
-        requests.append(wire.Isend(mpi.as_bytes(send)[start:stop], right,
-                                   mpi.TAG_RING))
-    return requests
+    return ([wire.Irecv(mpi.as_bytes(recv)[lo:hi], left, mpi.TAG_RING)
+             for lo, hi in mpi.chunks(recv.nbytes, 1)] +
+            [wire.Isend(mpi.as_bytes(send)[lo:hi], right, mpi.TAG_RING)
+             for lo, hi in mpi.chunks(send.nbytes, 1)])
 
 
 def grown(inbox, dtype, n, size):

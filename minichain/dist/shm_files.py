@@ -28,6 +28,7 @@ MultiprocessIterator's forkserver): :func:`before_abort` removes it too.
 A rank killed by the launcher because another rank aborted cannot, unless
 it was aborting as well (both ranks meet the same error).
 """
+import contextlib
 import os
 import shutil
 import sys
@@ -84,11 +85,9 @@ def release():
     when the job is ending); returns the paths unlinked."""
     gone = []
     for path in mapped_segments() + proxy_files():
-        try:
+        with contextlib.suppress(OSError):  # another rank here was first
             os.unlink(path)
             gone.append(path)
-        except OSError:  # another rank of this machine was first
-            pass
     return gone
 
 
@@ -108,7 +107,6 @@ def before_abort():
     release()
     util = sys.modules.get('multiprocessing.util')
     if util is not None:
-        try:  # get_temp_dir creates the folder if none yet: removed anyway
+        # get_temp_dir creates the folder if none yet: removed anyway
+        with contextlib.suppress(OSError):
             shutil.rmtree(util.get_temp_dir(), ignore_errors=True)
-        except OSError:
-            pass

@@ -3,22 +3,10 @@ over ranks.
 
 The optimizer (:mod:`minichain.dist.optimizers`) only says *when*: after
 each ``update``'s backward pass it calls :meth:`Averaging.average` and steps
-if that returns a count of ranks. *How* is one of three implementations:
-
-* :class:`~minichain.dist.averaging.after_backward.AfterBackward` -- the
-  plain one: after backward, the communicator's ``multi_node_mean_grad``
-  (pack, allreduce, unpack);
-* :class:`~minichain.dist.averaging.overlap.Overlapped` -- buckets
-  allreduced while backward still runs;
-* :class:`~minichain.dist.averaging.double_buffered.DoubleBuffered` -- the
-  gradients of step t averaged on a side stream during step t + 1.
-
-Features that change *which* passes are averaged, or check the result, are
-wrappers around any of them, using only the methods below:
-:class:`~minichain.dist.averaging.accumulate.Accumulate` (k backward passes
-per step), :class:`~minichain.dist.averaging.finite.CheckFinite` (the NaN
-check) and :func:`~minichain.dist.averaging.join.join` (shards of different
-lengths).
+if that returns a count of ranks. *How* is one of the implementations
+listed in :mod:`minichain.dist.averaging`; the features that change *which*
+passes are averaged, or check the result, are wrappers around any of them
+(listed there too), using only the methods below.
 
 The calls the optimizer makes, on every rank in the same order::
 
@@ -30,9 +18,9 @@ The calls the optimizer makes, on every rank in the same order::
     discard()                      # instead of average: the first update
                                    #   after setup broadcasts, no step
 
-:class:`~minichain.dist.averaging.sharded.Sharded` (``shard_state``) is the
-fourth implementation: it steps only this rank's shard of the parameters
-(``step``), then gathers them (``stepped``).
+:class:`~minichain.dist.averaging.sharded.Sharded` (``shard_state``) steps
+only this rank's shard of the parameters (``step``), then gathers them
+(``stepped``).
 """
 import contextlib
 

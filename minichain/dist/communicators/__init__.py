@@ -19,31 +19,21 @@ NaiveCommunicator`` and the others, are the protocol alone). NCCL without
 CUDA-aware MPI, ChainerMN's ``non_cuda_aware``, is minichain's
 ``hierarchical``: NCCL inside a node, MPI between nodes, through the host.
 """
-import importlib
 import sys
 import types
 
+from minichain.dist import _communicator_class
 from minichain.dist import create_communicator  # noqa: F401
 from minichain.dist.communicator_base import CommunicatorBase
 
-# ChainerMN module -> (class name, minichain module, minichain class)
+# ChainerMN module -> (its class name, the name create_communicator takes)
 _CLASSES = {
-    'naive_communicator': ('NaiveCommunicator', 'naive',
-                           'NaiveCommunicator'),
-    'flat_communicator': ('FlatCommunicator', 'flat', 'FlatCommunicator'),
-    'pure_nccl_communicator': ('PureNcclCommunicator', 'pure_nccl',
-                               'PureNcclCommunicator'),
+    'naive_communicator': ('NaiveCommunicator', 'naive'),
+    'flat_communicator': ('FlatCommunicator', 'flat'),
+    'pure_nccl_communicator': ('PureNcclCommunicator', 'pure_nccl'),
     'non_cuda_aware_communicator': ('NonCudaAwareCommunicator',
-                                    'hierarchical',
-                                    'HierarchicalCommunicator'),
+                                    'non_cuda_aware'),
 }
-
-
-def _layered(module, cls):
-    from minichain.dist import default_layers
-    from minichain.dist.communicator_base import with_layers
-    bare = getattr(importlib.import_module('minichain.dist.' + module), cls)
-    return with_layers(bare, default_layers())
 
 
 def _module(name, **attributes):
@@ -55,8 +45,8 @@ def _module(name, **attributes):
     globals()[name] = module
 
 
-for _name, (_cls, _module_name, _ours) in _CLASSES.items():
-    _module(_name, **{_cls: _layered(_module_name, _ours)})
+for _name, (_cls, _ours) in _CLASSES.items():
+    _module(_name, **{_cls: _communicator_class(_ours)})
 _module('communicator_base', CommunicatorBase=CommunicatorBase)
 # ChainerMN's base of its MPI communicators: every minichain communicator
 # talks MPI through CommunicatorBase.

@@ -27,10 +27,7 @@ from minichain.variable import Variable
 
 
 def _sum(variables):
-    total = variables[0]
-    for v in variables[1:]:
-        total = total + v
-    return total
+    return sum(variables[1:], variables[0])
 
 
 class Collective(FunctionNode):

@@ -12,6 +12,7 @@ where a rank that did not finish was. Nothing is read from the launcher's
 output, so any MPI's launcher works (the ranks must see the folder: one
 machine, or a shared ``TMPDIR``).
 """
+import contextlib
 import faulthandler
 import importlib.util
 import json
@@ -86,10 +87,8 @@ def _signal_local(states, sig):
     host = socket.gethostname()
     for state in states:
         if state and state.get('host') == host:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(state['pid'], sig)
-            except OSError:
-                pass
 
 
 # -- inside each rank ----------------------------------------------------------
@@ -281,10 +280,8 @@ def _run_job(cmd, env, cwd, timeout, job, k):
         except subprocess.TimeoutExpired:
             pass
         except BaseException:  # Ctrl-C: the job must not outlive pytest
-            try:
+            with contextlib.suppress(OSError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
             proc.wait()
             raise
         states = [_load_json(_rank_file(job, r)) for r in range(k)]
@@ -293,10 +290,8 @@ def _run_job(cmd, env, cwd, timeout, job, k):
             _signal_local(unfinished, signal.SIGUSR1)
             time.sleep(0.5)  # the stacks are written by then
         for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, None)):
-            try:
+            with contextlib.suppress(OSError):
                 os.killpg(proc.pid, sig)
-            except OSError:
-                pass
             try:
                 proc.wait(timeout=wait)
                 break
