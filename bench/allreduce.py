@@ -164,6 +164,12 @@ def main():
                       t[1] * 1e3, _ratio(times[k], times[0])[0], *ratio4m,
                       _ratio(times[k], times[2])[0], bus / t[k],
                       bus / t[0]), flush=True)
+        names = list(comms)
+        for k, name in enumerate(names, start=3):
+            if name + ':bare' in comms:  # what the layers cost
+                bare = names.index(name + ':bare') + 3
+                print('{:>9} {:>10} layers/bare {:.3f} ({:.3f}-{:.3f})'
+                      .format('', name, *_ratio(times[k], times[bare])))
     if p > 1 and 'ring' in comms:
         ring_table(world, comms['ring'], sizes)
 
