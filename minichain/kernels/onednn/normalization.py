@@ -90,14 +90,16 @@ def batch_normalization(node, inputs):
     return y,
 
 
-def _forward_plan(shape, eps, flags):
-    pd = _forward_pd(shape, eps, flags)
-    args = [L.ARG_SRC, L.ARG_SCALE, L.ARG_SHIFT, L.ARG_MEAN, L.ARG_VARIANCE,
-            L.ARG_DST]
-    if flags & L.FUSE_NORM_RELU:
-        args.append(L.ARG_WORKSPACE)
-    return Plan(L.Primitive(pd, tuple(args)), {},
-                {L.ARG_DST: shape}, channels_last=(L.ARG_DST,))
+def _forward_plan(shape, eps, flags, prop=L.FORWARD_TRAINING):
+    """The forward: the batch's statistics written to mean and variance,
+    or (``L.USE_GLOBAL_STATS`` in ``flags``, ``L.FORWARD_INFERENCE``)
+    read from them."""
+    pd = _forward_pd(shape, eps, flags, prop)
+    args = (L.ARG_SRC, L.ARG_SCALE, L.ARG_SHIFT, L.ARG_MEAN, L.ARG_VARIANCE,
+            L.ARG_DST) + ((L.ARG_WORKSPACE,) if flags & L.FUSE_NORM_RELU
+                          else ())
+    return Plan(L.Primitive(pd, args), {}, {L.ARG_DST: shape},
+                channels_last=(L.ARG_DST,))
 
 
 def batch_normalization_grad(node, inputs):
@@ -147,18 +149,11 @@ def fixed_batch_normalization(node, inputs):
             and finite(gamma, beta, mean, var)):
         return None
     plan = cached(('fixed_bn', x.shape, float(node.eps)),
-                  lambda: _inference_plan(x.shape, node.eps))
+                  lambda: _forward_plan(x.shape, node.eps,
+                                        L.USE_GLOBAL_STATS | _SCALE_SHIFT,
+                                        L.FORWARD_INFERENCE))
     if plan is None:
         return None
     node.retain_inputs((0, 1, 3, 4))
     return plan({L.ARG_SRC: x, L.ARG_SCALE: gamma, L.ARG_SHIFT: beta,
                  L.ARG_MEAN: mean, L.ARG_VARIANCE: var})[L.ARG_DST],
-
-
-def _inference_plan(shape, eps):
-    pd = _forward_pd(shape, eps, L.USE_GLOBAL_STATS | _SCALE_SHIFT,
-                     L.FORWARD_INFERENCE)
-    args = (L.ARG_SRC, L.ARG_SCALE, L.ARG_SHIFT, L.ARG_MEAN, L.ARG_VARIANCE,
-            L.ARG_DST)
-    return Plan(L.Primitive(pd, args), {}, {L.ARG_DST: shape},
-                channels_last=(L.ARG_DST,))
