@@ -56,10 +56,6 @@ def _geometry(g):
     return (g.sy, g.sx), (g.kh, g.kw), (0, 0), (g.ph, g.pw), pad_r
 
 
-def _shapes(g, n, c):
-    return (n, c, g.h, g.w), (n, c, g.oh, g.ow)
-
-
 def _forward_pd(alg, x_shape, y_shape, geo, layout):
     src, dst = _md(x_shape, layout), _md(y_shape, layout)
     return L.PrimitiveDesc(
@@ -96,7 +92,7 @@ def _plan(direction, alg, g, n, c, layout):
     geo = _geometry(g)
     if geo is None:
         return None
-    x_shape, y_shape = _shapes(g, n, c)
+    x_shape, y_shape = (n, c, g.h, g.w), (n, c, g.oh, g.ow)
     build = _forward_plan if direction == 'fwd' else _backward_plan
     return cached(('pool', direction, alg, x_shape, y_shape, geo, layout),
                   lambda: build(alg, x_shape, y_shape, geo, layout))
