@@ -67,10 +67,7 @@ def _padded_windows(x, g, ws_name=None):
     keeps the order of x's memory (a channel-major x, whose batch stride
     is the smaller one, is padded as (C, B, ...) planes).
     """
-    ext_h = (g.oh - 1) * g.sy + (g.kh - 1) * g.dy + 1
-    ext_w = (g.ow - 1) * g.sx + (g.kw - 1) * g.dx + 1
-    hh = max(0, min(g.h, ext_h - g.ph))  # input rows that windows reach
-    ww = max(0, min(g.w, ext_w - g.pw))
+    ext_h, ext_w, hh, ww = _batch_last.windows_extent(g)
     swap = x.strides[0] < x.strides[1]
     planes = x.swapaxes(0, 1) if swap else x
     if g.ph == g.pw == 0 and ext_h <= g.h and ext_w <= g.w:
