@@ -111,10 +111,16 @@ def _col2im_add(out, col, g):
 
 
 # -- chunked GEMM kernels ----------------------------------------------------
-def _chunks(xp, n, per_image_bytes, p):
-    """Split range(n) into chunks of images for the column GEMMs."""
+def _chunks(xp, n, per_image_bytes, p, in_place=()):
+    """Split range(n) into chunks of images for the column GEMMs; by
+    :func:`_view_chunks` where the operands ``in_place`` ((array, groups)
+    pairs) are all matrices that BLAS reads in place
+    (``_conv_matrices.matrix``)."""
     if xp is not numpy:
         return [(0, n)]
+    if in_place and all(_conv_matrices.matrix(a, 0, n, groups) is not None
+                        for a, groups in in_place):
+        return _view_chunks(n, p)
     threads = _parallel.product_threads()
     columns = _MIN_COLUMNS if threads < 2 else _MIN_COLUMNS_THREADED
     b = max(1, min(n, -(-columns // p),
@@ -194,12 +200,8 @@ def conv_forward(x, W, g, groups):
     w2 = W.reshape(groups, o // groups, -1)
     y = _conv_matrices.output(xp, (n, o, g.oh, g.ow), x.dtype)
     per_image = c * g.kh * g.kw * p * x.dtype.itemsize
-
-    if (xp is numpy and is_pointwise(g)
-            and _conv_matrices.matrix(x, 0, n, 1) is not None):
-        chunks = _view_chunks(n, p)
-    else:
-        chunks = _chunks(xp, n, per_image, p)
+    chunks = _chunks(xp, n, per_image, p,
+                     [(x, 1)] if is_pointwise(g) else ())
 
     def run(pieces):
         cols = _column_builder(x, g)
@@ -264,12 +266,8 @@ def conv_grad_w(x, gy, g, groups, w_shape):
                     else _parallel.matmul(gyc, col.transpose(0, 2, 1)))
             acc = part if acc is None else xp.add(acc, part, out=acc)
         return acc
-    if (xp is numpy and is_pointwise(g)
-            and _conv_matrices.matrix(x, 0, n, 1) is not None
-            and _conv_matrices.matrix(gy, 0, n, groups) is not None):
-        chunks = _view_chunks(n, p)
-    else:
-        chunks = _chunks(xp, n, per_image, p)
+    chunks = _chunks(xp, n, per_image, p,
+                     [(x, 1), (gy, groups)] if is_pointwise(g) else ())
     parts = _parallel.over_chunks(run, _bands(xp, chunks, g,
                                               per_image // g.oh))
     acc = parts[0]
@@ -323,11 +321,8 @@ def deconv_forward(x, W, g, groups):
             for n0, n1 in chunks:
                 xc = _conv_matrices.operand(x, n0, n1, groups, None, 'x')
                 _conv_matrices.product_into(y, n0, n1, None, w2t, xc)
-        if xp is numpy and _conv_matrices.matrix(x, 0, n, groups) is not None:
-            chunks = _view_chunks(n, p)
-        else:
-            chunks = _chunks(xp, n, o * p * x.dtype.itemsize, p)
-        _parallel.over_chunks(run_pointwise, chunks)
+        _parallel.over_chunks(run_pointwise, _chunks(
+            xp, n, o * p * x.dtype.itemsize, p, [(x, groups)]))
         return y
     fpad = (g.dy * (g.kh - 1) - g.ph, g.dx * (g.kw - 1) - g.pw)
     if (g.sy == g.sx == 1 and min(fpad) >= 0 and W.size <= x.size
