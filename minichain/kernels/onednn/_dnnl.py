@@ -226,19 +226,28 @@ def dims(values):
 
 
 # -- memory descriptors -------------------------------------------------------
-class Desc:
-    """A memory descriptor that this object owns (destroyed with it)."""
+class Owned:
+    """A oneDNN object (``handle``) that this Python object owns: ctypes
+    passes the handle, and the call named ``destroy`` destroys it with
+    this object."""
+    handle = None
+    destroy = None
 
-    def __init__(self, handle):
-        self.handle = handle
+    @property
+    def _as_parameter_(self):
+        return self.handle
 
     def __del__(self):
         if lib is not None and self.handle:
-            lib.dnnl_memory_desc_destroy(self.handle)
+            getattr(lib, self.destroy)(self.handle)
 
-    @property
-    def _as_parameter_(self):   # ctypes passes the handle
-        return self.handle
+
+class Desc(Owned):
+    """A memory descriptor that this object owns (destroyed with it)."""
+    destroy = 'dnnl_memory_desc_destroy'
+
+    def __init__(self, handle):
+        self.handle = handle
 
 
 def plain(shape, strides=None, dt=F32):
@@ -322,11 +331,12 @@ def buffer(md):
 
 
 # -- primitives ---------------------------------------------------------------
-class PrimitiveDesc:
+class PrimitiveDesc(Owned):
     """A primitive descriptor that this object owns: ``create(pd_ptr)``
     is the ``dnnl_*_primitive_desc_create`` call with its arguments
     (``name`` names it in errors). Backward primitives take the forward's
     as a hint."""
+    destroy = 'dnnl_primitive_desc_destroy'
 
     def __init__(self, name, create):
         self.handle = _handle()
@@ -336,10 +346,6 @@ class PrimitiveDesc:
             # optimized kernels do not take) ran a 1x1 convolution on a
             # channel-major input 1000x slower than NumPy: refuse it.
             raise Error(name + ' (only its reference implementation)', 3)
-
-    @property
-    def _as_parameter_(self):
-        return self.handle
 
     def implementation(self):
         """oneDNN's name of the implementation chosen, e.g. 'jit:avx2'."""
@@ -353,10 +359,6 @@ class PrimitiveDesc:
         ``arg`` (a DNNL_ARG_*; owned by the pd)."""
         return lib.dnnl_primitive_desc_query_md(self.handle,
                                                 QUERY_EXEC_ARG_MD, arg)
-
-    def __del__(self):
-        if lib is not None and self.handle:
-            lib.dnnl_primitive_desc_destroy(self.handle)
 
 
 class Primitive:
