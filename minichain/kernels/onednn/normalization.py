@@ -2,9 +2,7 @@
 ``BatchNormalizationGrad`` and, for inference, ``FixedBatchNormalization``
 in functions/normalization.py), on channels-last float32 arrays: the
 layout the oneDNN convolutions return (``_plan.py``), on which oneDNN's
-jit code runs without a reorder (fwd + bwd 3.6-8.5x the NumPy kernel's
-speed on NCHW, 1.3-4.7x on channel-major arrays, at ResNet-50's shapes;
-bench/onednn_layers.py, bench/README.md).
+jit code runs without a reorder (how much faster: ``__init__.py``).
 x in any other layout is declined: on NCHW oneDNN has only a generic loop,
 and reordering in and out of its blocked layout at each call cost more
 than it saved (0.23-0.82x the NumPy kernel, an earlier version).
