@@ -88,10 +88,13 @@ def _backward_plan(alg, x_shape, y_shape, geo, layout):
                 channels_last=(L.ARG_DIFF_SRC,) if layout == 'nhwc' else ())
 
 
-def _plan(direction, alg, g, n, c, layout):
-    geo = _geometry(g)
-    if geo is None:
+def _plan(direction, alg, g, a):
+    """The plan that pools ``a`` (x forward, gy backward) in its layout;
+    None where its layout or the geometry is declined."""
+    layout, geo = _layout(a), _geometry(g)
+    if layout is None or geo is None:
         return None
+    n, c = a.shape[:2]
     x_shape, y_shape = (n, c, g.h, g.w), (n, c, g.oh, g.ow)
     build = _forward_plan if direction == 'fwd' else _backward_plan
     return cached(('pool', direction, alg, x_shape, y_shape, geo, layout),
@@ -131,7 +134,7 @@ def max_pooling_2d(node, inputs):
     layout = _layout(x)
     if layout is None or not x.min() > -numpy.inf:   # NaN or -inf
         return None
-    plan = _plan('fwd', L.POOLING_MAX, g, *x.shape[:2], layout)
+    plan = _plan('fwd', L.POOLING_MAX, g, x)
     if plan is None:
         return None
     n, c = x.shape[:2]
@@ -151,7 +154,7 @@ def max_pooling_2d_grad(node, inputs):
     layout = _layout(gy)
     if layout is None or not L.finite(gy):
         return None
-    plan = _plan('bwd', L.POOLING_MAX, g, *gy.shape[:2], layout)
+    plan = _plan('bwd', L.POOLING_MAX, g, gy)
     if plan is None:
         return None
     ws = _workspace(node.indexes, g, layout)
@@ -161,26 +164,15 @@ def max_pooling_2d_grad(node, inputs):
 # -- average pooling ----------------------------------------------------------
 def average_pooling_2d(node, inputs):
     x, = inputs
-    layout = _layout(x)
-    if layout is None:
-        return None
-    plan = _plan('fwd', L.POOLING_AVG_INCLUDE_PADDING, node.g, *x.shape[:2],
-                 layout)
-    if plan is None:
-        return None
-    return plan({L.ARG_SRC: x})[L.ARG_DST],
+    plan = _plan('fwd', L.POOLING_AVG_INCLUDE_PADDING, node.g, x)
+    return None if plan is None else (plan({L.ARG_SRC: x})[L.ARG_DST],)
 
 
 def average_pooling_2d_grad(node, inputs):
     gy, = inputs
-    layout = _layout(gy)
-    if layout is None:
-        return None
-    plan = _plan('bwd', L.POOLING_AVG_INCLUDE_PADDING, node.g,
-                 *gy.shape[:2], layout)
-    if plan is None:
-        return None
-    return plan({L.ARG_DIFF_DST: gy})[L.ARG_DIFF_SRC],
+    plan = _plan('bwd', L.POOLING_AVG_INCLUDE_PADDING, node.g, gy)
+    return (None if plan is None else
+            (plan({L.ARG_DIFF_DST: gy})[L.ARG_DIFF_SRC],))
 
 
 def global_average_pooling_2d(node, inputs):
