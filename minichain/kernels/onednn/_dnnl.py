@@ -332,20 +332,19 @@ def buffer(md):
 
 # -- primitives ---------------------------------------------------------------
 class PrimitiveDesc(Owned):
-    """A primitive descriptor that this object owns: ``create(pd_ptr)``
-    is the ``dnnl_*_primitive_desc_create`` call with its arguments
-    (``name`` names it in errors). Backward primitives take the forward's
-    as a hint."""
+    """A primitive descriptor that this object owns, made by the call
+    ``create`` (a ``dnnl_*_primitive_desc_create``) with ``args`` after the
+    pointer it fills. Backward primitives take the forward's as a hint."""
     destroy = 'dnnl_primitive_desc_destroy'
 
-    def __init__(self, name, create):
+    def __init__(self, create, *args):
         self.handle = _handle()
-        check(name, create(ctypes.byref(self.handle)))
+        check(create, getattr(lib, create)(ctypes.byref(self.handle), *args))
         if self.implementation().startswith('ref'):
             # oneDNN's reference code (a plain loop nest, for layouts its
             # optimized kernels do not take) ran a 1x1 convolution on a
             # channel-major input 1000x slower than NumPy: refuse it.
-            raise Error(name + ' (only its reference implementation)', 3)
+            raise Error(create + ' (only its reference implementation)', 3)
 
     def implementation(self):
         """oneDNN's name of the implementation chosen, e.g. 'jit:avx2'."""
@@ -413,7 +412,6 @@ class Primitive:
 
 def reorder(src_md, dst_md):
     """A primitive copying a tensor from one layout to another."""
-    pd = PrimitiveDesc('dnnl_reorder_primitive_desc_create',
-                       lambda pd: lib.dnnl_reorder_primitive_desc_create(
-                           pd, src_md, engine, dst_md, engine, None))
+    pd = PrimitiveDesc('dnnl_reorder_primitive_desc_create', src_md, engine,
+                       dst_md, engine, None)
     return Primitive(pd, (ARG_SRC, ARG_DST))

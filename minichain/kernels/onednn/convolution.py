@@ -106,10 +106,9 @@ def _padded(geo):
 
 def _forward_pd(src, w, dst, geo, bias_md=None):
     return L.PrimitiveDesc(
-        'dnnl_convolution_forward_primitive_desc_create',
-        lambda pd: L.lib.dnnl_convolution_forward_primitive_desc_create(
-            pd, L.engine, L.FORWARD_TRAINING, L.CONVOLUTION_DIRECT, src, w,
-            bias_md, dst, *map(L.dims, geo), None))
+        'dnnl_convolution_forward_primitive_desc_create', L.engine,
+        L.FORWARD_TRAINING, L.CONVOLUTION_DIRECT, src, w, bias_md, dst,
+        *map(L.dims, geo), None)
 
 
 # -- Convolution2D: forward -----------------------------------------------------
@@ -193,10 +192,9 @@ def _backward_data_plan(gy, W, gx_shape, geo, math):
     hint = _forward_pd(*_mds(nhwc, gx_shape, W.shape, gy.shape,
                              _dts(math, 2)), geo)
     pd = L.PrimitiveDesc(
-        'dnnl_convolution_backward_data_primitive_desc_create',
-        lambda pd: L.lib.dnnl_convolution_backward_data_primitive_desc_create(
-            pd, L.engine, L.CONVOLUTION_DIRECT, diff_src, w, diff_dst,
-            *map(L.dims, geo), hint, None))
+        'dnnl_convolution_backward_data_primitive_desc_create', L.engine,
+        L.CONVOLUTION_DIRECT, diff_src, w, diff_dst, *map(L.dims, geo), hint,
+        None)
     primitive = L.Primitive(pd, (L.ARG_DIFF_DST, L.ARG_WEIGHTS,
                                  L.ARG_DIFF_SRC))
     return Plan(primitive, user, {L.ARG_DIFF_SRC: gx_shape},
@@ -235,11 +233,10 @@ def _backward_weights_plan(x, gy, w_shape, geo):
     src, diff_w, diff_dst = _mds(_on_nhwc(w_shape[2:], gy.shape), x.shape,
                                  w_shape, gy.shape)
     hint = _forward_pd(src, diff_w, diff_dst, geo)
-    create = L.lib.dnnl_convolution_backward_weights_primitive_desc_create
     pd = L.PrimitiveDesc(
-        'dnnl_convolution_backward_weights_primitive_desc_create',
-        lambda pd: create(pd, L.engine, L.CONVOLUTION_DIRECT, src, diff_w,
-                          None, diff_dst, *map(L.dims, geo), hint, None))
+        'dnnl_convolution_backward_weights_primitive_desc_create', L.engine,
+        L.CONVOLUTION_DIRECT, src, diff_w, None, diff_dst, *map(L.dims, geo),
+        hint, None)
     primitive = L.Primitive(pd, (L.ARG_SRC, L.ARG_DIFF_DST,
                                  L.ARG_DIFF_WEIGHTS))
     return Plan(primitive, user, {L.ARG_DIFF_WEIGHTS: tuple(w_shape)})

@@ -42,9 +42,8 @@ def _usable(lay, x, params, others=()):
 def _forward_pd(shape, eps, flags, prop=L.FORWARD_TRAINING):
     md = L.channels_last(shape)
     return L.PrimitiveDesc(
-        'dnnl_batch_normalization_forward_primitive_desc_create',
-        lambda pd: L.lib.dnnl_batch_normalization_forward_primitive_desc_create(
-            pd, L.engine, prop, md, md, eps, flags, None))
+        'dnnl_batch_normalization_forward_primitive_desc_create', L.engine,
+        prop, md, md, eps, flags, None)
 
 
 def batch_normalization(node, inputs):
@@ -125,11 +124,9 @@ def _backward_plan(shape, gy_md, eps):
     the network), or one of the sums of gradients."""
     hint = _forward_pd(shape, eps, _SCALE_SHIFT)
     md = L.channels_last(shape)
-    create = L.lib.dnnl_batch_normalization_backward_primitive_desc_create
     pd = L.PrimitiveDesc(
-        'dnnl_batch_normalization_backward_primitive_desc_create',
-        lambda pd: create(pd, L.engine, L.BACKWARD, md, md, md, eps,
-                          _SCALE_SHIFT, hint, None))
+        'dnnl_batch_normalization_backward_primitive_desc_create', L.engine,
+        L.BACKWARD, md, md, md, eps, _SCALE_SHIFT, hint, None)
     args = (L.ARG_SRC, L.ARG_MEAN, L.ARG_VARIANCE, L.ARG_DIFF_DST,
             L.ARG_SCALE, L.ARG_DIFF_SRC, L.ARG_DIFF_SCALE, L.ARG_DIFF_SHIFT)
     c = shape[1]

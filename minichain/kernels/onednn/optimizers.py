@@ -82,10 +82,8 @@ def _binary_add(n, attr):
     """A primitive computing dst = src_0 + src_1 (as ``attr`` scales and
     post-processes them) on flat float32 arrays of ``n`` elements."""
     md = L.plain((n,))
-    pd = L.PrimitiveDesc(
-        'dnnl_binary_primitive_desc_create',
-        lambda pd: L.lib.dnnl_binary_primitive_desc_create(
-            pd, L.engine, L.BINARY_ADD, md, md, md, attr))
+    pd = L.PrimitiveDesc('dnnl_binary_primitive_desc_create', L.engine,
+                         L.BINARY_ADD, md, md, md, attr)
     args = (L.ARG_SRC, L.ARG_SRC_1, L.ARG_DST)
     if attr is None:
         return L.Primitive(pd, args)

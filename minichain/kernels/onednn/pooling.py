@@ -59,10 +59,8 @@ def _geometry(g):
 def _forward_pd(alg, x_shape, y_shape, geo, layout):
     src, dst = _md(x_shape, layout), _md(y_shape, layout)
     return L.PrimitiveDesc(
-        'dnnl_pooling_forward_primitive_desc_create',
-        lambda pd: L.lib.dnnl_pooling_forward_primitive_desc_create(
-            pd, L.engine, L.FORWARD_TRAINING, alg, src, dst,
-            *(L.dims(v) for v in geo), None))
+        'dnnl_pooling_forward_primitive_desc_create', L.engine,
+        L.FORWARD_TRAINING, alg, src, dst, *map(L.dims, geo), None)
 
 
 def _forward_plan(alg, x_shape, y_shape, geo, layout='nchw'):
@@ -77,10 +75,8 @@ def _backward_plan(alg, x_shape, y_shape, geo, layout):
     hint = _forward_pd(alg, x_shape, y_shape, geo, layout)
     diff_src, diff_dst = _md(x_shape, layout), _md(y_shape, layout)
     pd = L.PrimitiveDesc(
-        'dnnl_pooling_backward_primitive_desc_create',
-        lambda pd: L.lib.dnnl_pooling_backward_primitive_desc_create(
-            pd, L.engine, alg, diff_src, diff_dst,
-            *(L.dims(v) for v in geo), hint, None))
+        'dnnl_pooling_backward_primitive_desc_create', L.engine, alg,
+        diff_src, diff_dst, *map(L.dims, geo), hint, None)
     args = (L.ARG_DIFF_DST, L.ARG_DIFF_SRC) + ((L.ARG_WORKSPACE,)
                                                if alg == L.POOLING_MAX
                                                else ())
