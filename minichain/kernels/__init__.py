@@ -20,3 +20,9 @@ for _name, _arrays in (('onednn', 'cpu'), ('numpy', 'cpu'), ('cudnn', 'gpu'),
                        ('cuda', 'gpu')):
     kernel_seam.add_backend(_name, _arrays, lambda name=_name: (
         importlib.import_module(__name__ + '.' + name)))
+
+
+def on_cupy(arrays):
+    """Whether ``arrays`` are all CuPy arrays, which the GPU kernels take
+    (asked without importing CuPy)."""
+    return all(type(a).__module__.startswith('cupy') for a in arrays)

@@ -205,7 +205,7 @@ def im2col(x, g, batch_major):
     return col
 
 
-def col2im(col, g, batch_major, out=None):
+def col2im(col, g, batch_major):
     """Sum columns (either layout) into images (N, C, h, w)."""
     cp = backend.get_cupy()
     col = cp.ascontiguousarray(col)
@@ -213,8 +213,7 @@ def col2im(col, g, batch_major, out=None):
         n, c = col.shape[:2]
     else:
         c, n = col.shape[0], col.shape[3]
-    if out is None:
-        out = cp.empty((n, c, g.h, g.w), col.dtype)
+    out = cp.empty((n, c, g.h, g.w), col.dtype)
     _kernel('col2im')(col, *_geom_args(g), g.dy, g.dx, c, n, batch_major,
                       out)
     return out
@@ -231,40 +230,37 @@ def max_pool_forward(x, g):
     return y, idx
 
 
+def _pool(name, a, g, size, *scalars, indexes=None):
+    """Pooling kernel ``name`` on ``a`` (N, C, ...) and the windows'
+    choices ``indexes`` when given, the geometry and ``scalars``, into a
+    new array of ``a``'s dtype, (N, C) + ``size``."""
+    cp = backend.get_cupy()
+    ins = [cp.ascontiguousarray(a)]
+    if indexes is not None:
+        ins.append(cp.ascontiguousarray(indexes))
+    out = cp.empty(a.shape[:2] + size, a.dtype)
+    _kernel(name)(*ins, *_geom_args(g), *scalars, out)
+    return out
+
+
 def max_pool_backward(gy, indexes, g):
     """gx (N, C, h, w): each gy routed to the pixel its window chose."""
-    cp = backend.get_cupy()
-    gy = cp.ascontiguousarray(gy)
-    gx = cp.empty(gy.shape[:2] + (g.h, g.w), gy.dtype)
-    _kernel('max_bwd')(gy, cp.ascontiguousarray(indexes), *_geom_args(g),
-                       gy.dtype.type(1), gx)
-    return gx
+    return _pool('max_bwd', gy, g, (g.h, g.w), gy.dtype.type(1),
+                 indexes=indexes)
 
 
 def max_pool_gather(ggx, indexes, g):
     """ggy (N, C, oh, ow): ggx read at each window's chosen pixel."""
-    cp = backend.get_cupy()
-    ggx = cp.ascontiguousarray(ggx)
-    out = cp.empty(ggx.shape[:2] + (g.oh, g.ow), ggx.dtype)
-    _kernel('max_gather')(ggx, indexes, *_geom_args(g), out)
-    return out
+    return _pool('max_gather', ggx, g, (g.oh, g.ow), indexes=indexes)
 
 
 def avg_pool_forward(x, g):
     """Window sums divided by the full window size kh*kw."""
-    cp = backend.get_cupy()
-    x = cp.ascontiguousarray(x)
-    y = cp.empty(x.shape[:2] + (g.oh, g.ow), x.dtype)
-    _kernel('avg_fwd')(x, *_geom_args(g), x.dtype.type(1.0 / (g.kh * g.kw)),
-                       y)
-    return y
+    return _pool('avg_fwd', x, g, (g.oh, g.ow),
+                 x.dtype.type(1.0 / (g.kh * g.kw)))
 
 
 def avg_pool_backward(gy, g):
     """gx (N, C, h, w): gy / (kh*kw) spread over each window."""
-    cp = backend.get_cupy()
-    gy = cp.ascontiguousarray(gy)
-    gx = cp.empty(gy.shape[:2] + (g.h, g.w), gy.dtype)
-    _kernel('avg_bwd')(gy, *_geom_args(g), gy.dtype.type(1.0 / (g.kh * g.kw)),
-                       gx)
-    return gx
+    return _pool('avg_bwd', gy, g, (g.h, g.w),
+                 gy.dtype.type(1.0 / (g.kh * g.kw)))

@@ -8,13 +8,9 @@ from minichain.functions.convolution import Col2Im, Im2Col
 from minichain.kernels.cuda import _elementwise
 
 
-def _cupy(inputs):
-    return all(type(a).__module__.startswith('cupy') for a in inputs)
-
-
 def im2col(node, inputs):
     x, = inputs
-    if not _cupy(inputs):
+    if not kernels.on_cupy(inputs):
         return None
     col = _elementwise.im2col(x, node.g, batch_major=True)
     return col.reshape(x.shape[0], -1, node.g.oh, node.g.ow),
@@ -22,7 +18,7 @@ def im2col(node, inputs):
 
 def col2im(node, inputs):
     col, = inputs
-    if not _cupy(inputs):
+    if not kernels.on_cupy(inputs):
         return None
     g = node.g
     col = col.reshape(col.shape[0], -1, g.kh, g.kw, g.oh, g.ow)

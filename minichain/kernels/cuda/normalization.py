@@ -100,12 +100,8 @@ def affine(x, mean, scale, beta, lay):
         x, *_channels(lay, acc_dtype(x.dtype), mean, scale, beta))
 
 
-def _cupy(inputs):
-    return all(type(a).__module__.startswith('cupy') for a in inputs)
-
-
 def batch_normalization(node, inputs):
-    if not _cupy(inputs):
+    if not kernels.on_cupy(inputs):
         return None
     x, gamma, beta = inputs[:3]
     residual = inputs[3] if len(inputs) == 4 else None
@@ -116,7 +112,7 @@ def batch_normalization(node, inputs):
 
 
 def batch_normalization_grad(node, inputs):
-    if not _cupy(inputs):
+    if not kernels.on_cupy(inputs):
         return None
     node.retain_inputs((0, 1, 2))
     x, gamma, gy = inputs
@@ -125,7 +121,7 @@ def batch_normalization_grad(node, inputs):
 
 
 def fixed_batch_normalization(node, inputs):
-    if not _cupy(inputs):
+    if not kernels.on_cupy(inputs):
         return None
     node.retain_inputs((0, 1, 3, 4))
     x, gamma, beta, mean, var = inputs

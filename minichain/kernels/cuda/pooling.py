@@ -7,13 +7,9 @@ from minichain.functions.pooling import (AveragePooling2D,
 from minichain.kernels.cuda import _elementwise
 
 
-def _cupy(a):
-    return type(a).__module__.startswith('cupy')
-
-
 def max_pooling_2d(node, inputs):
     x, = inputs
-    if not _cupy(x):
+    if not kernels.on_cupy(inputs):
         return None
     y, node.indexes = _elementwise.max_pool_forward(x, node.g)
     return y,
@@ -21,28 +17,28 @@ def max_pooling_2d(node, inputs):
 
 def max_pooling_2d_grad(node, inputs):
     gy, = inputs
-    if not _cupy(gy):
+    if not kernels.on_cupy(inputs):
         return None
     return _elementwise.max_pool_backward(gy, node.indexes, node.g),
 
 
 def max_pooling_2d_gather(node, inputs):
     ggx, = inputs
-    if not _cupy(ggx):
+    if not kernels.on_cupy(inputs):
         return None
     return _elementwise.max_pool_gather(ggx, node.indexes, node.g),
 
 
 def average_pooling_2d(node, inputs):
     x, = inputs
-    if not _cupy(x):
+    if not kernels.on_cupy(inputs):
         return None
     return _elementwise.avg_pool_forward(x, node.g),
 
 
 def average_pooling_2d_grad(node, inputs):
     gy, = inputs
-    if not _cupy(gy):
+    if not kernels.on_cupy(inputs):
         return None
     return _elementwise.avg_pool_backward(gy, node.g),
 

@@ -54,7 +54,10 @@ class AlgoPerf(ctypes.Structure):
 
 _P, _I, _D = ctypes.c_void_p, ctypes.c_int, ctypes.c_double
 _PP, _IP = ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int)
-_SP, _PERF = ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(AlgoPerf)
+_PERF = ctypes.POINTER(AlgoPerf)
+# the argument types of the three products' heuristics and runs
+_ALGORITHM = (_P,) * 5 + (_I, _IP, _PERF)
+_PRODUCT = (_P,) * 7 + (_I, _P, ctypes.c_size_t) + (_P,) * 3
 # name: argument types (every call returns a cudnnStatus_t)
 CALLS = {
     'cudnnCreate': (_PP,),
@@ -68,17 +71,12 @@ CALLS = {
     'cudnnSetConvolutionGroupCount': (_P, _I),
     'cudnnSetConvolutionMathType': (_P, _I),
     'cudnnGetConvolution2dForwardOutputDim': (_P, _P, _P) + (_IP,) * 4,
-    'cudnnGetConvolutionForwardAlgorithm_v7': (_P,) * 5 + (_I, _IP, _PERF),
-    'cudnnGetConvolutionBackwardDataAlgorithm_v7': (_P,) * 5 + (
-        _I, _IP, _PERF),
-    'cudnnGetConvolutionBackwardFilterAlgorithm_v7': (_P,) * 5 + (
-        _I, _IP, _PERF),
-    'cudnnConvolutionForward': (_P,) * 7 + (_I, _P, ctypes.c_size_t) + (
-        _P,) * 3,
-    'cudnnConvolutionBackwardData': (_P,) * 7 + (_I, _P, ctypes.c_size_t) + (
-        _P,) * 3,
-    'cudnnConvolutionBackwardFilter': (_P,) * 7 + (
-        _I, _P, ctypes.c_size_t) + (_P,) * 3,
+    'cudnnGetConvolutionForwardAlgorithm_v7': _ALGORITHM,
+    'cudnnGetConvolutionBackwardDataAlgorithm_v7': _ALGORITHM,
+    'cudnnGetConvolutionBackwardFilterAlgorithm_v7': _ALGORITHM,
+    'cudnnConvolutionForward': _PRODUCT,
+    'cudnnConvolutionBackwardData': _PRODUCT,
+    'cudnnConvolutionBackwardFilter': _PRODUCT,
     'cudnnDeriveBNTensorDescriptor': (_P, _P, _I),
     'cudnnBatchNormalizationForwardTraining': (_P, _I) + (_P,) * 9 + (
         _D, _P, _P, _D, _P, _P),

@@ -15,7 +15,7 @@ import ctypes
 
 import numpy
 
-from minichain import backend
+from minichain import backend, kernels
 from minichain.configuration import fp32_math
 from minichain.functions import convolution as _conv
 from minichain.functions.geometry import conv_outsize
@@ -37,7 +37,7 @@ _algorithms = {}
 
 def fits(node, *arrays):
     """Whether cuDNN takes these arrays for this node."""
-    return (all(type(a).__module__.startswith('cupy') for a in arrays)
+    return (kernels.on_cupy(arrays)
             and all(a.ndim == 4 and a.dtype in _lib.DATA for a in arrays)
             and len({a.dtype for a in arrays}) == 1
             and not node.cover_all)

@@ -14,7 +14,7 @@ import ctypes
 
 import numpy
 
-from minichain import backend
+from minichain import backend, kernels
 from minichain.functions import normalization as _norm
 from minichain.kernels.cudnn import _lib
 
@@ -25,7 +25,7 @@ _F32 = numpy.dtype(numpy.float32)
 def fits(node, x, *others):
     """Whether cuDNN's spatial batch normalization computes this node."""
     spatial = {2: (0,), 4: (0, 2, 3)}.get(x.ndim)
-    return (all(type(a).__module__.startswith('cupy') for a in (x,) + others)
+    return (kernels.on_cupy((x,) + others)
             and x.dtype in _lib.DATA and node.lay.axes == spatial
             and node.eps >= _lib.BN_MIN_EPSILON)
 

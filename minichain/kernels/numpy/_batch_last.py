@@ -26,7 +26,7 @@ import numpy
 from minichain.kernels.numpy import _parallel
 
 
-def _windows_extent(g):
+def windows_extent(g):
     """Rows and columns of the padded input that the windows reach, and how
     many of them are input pixels."""
     ext_h = (g.oh - 1) * g.sy + (g.kh - 1) * g.dy + 1
@@ -41,7 +41,7 @@ def columns(x, g, n0, n1):
     (C*kh*kw, oh*ow*B), columns in (y, x, image) order, in this thread's
     workspace (reused: valid until its next call)."""
     c, b = x.shape[1], n1 - n0
-    ext_h, ext_w, hh, ww = _windows_extent(g)
+    ext_h, ext_w, hh, ww = windows_extent(g)
     xp = _parallel.workspace('pad_last', (c, ext_h, ext_w, b), x.dtype)
     xp[:, :g.ph] = 0
     xp[:, g.ph + hh:] = 0

@@ -45,14 +45,6 @@ def operand(a, n0, n1, groups, rows, name):
     return m if rows is None else m[:, :, rows[0] * ow:rows[1] * ow]
 
 
-def store_chunk(y, n0, n1, prod):
-    """Write a (G, O/G, B*P) product into y[n0:n1] (NCHW)."""
-    xp = backend.get_array_module(y)
-    b, o = n1 - n0, y.shape[1]
-    xp.copyto(y[n0:n1].reshape(b, o, -1),
-              prod.reshape(o, b, -1).transpose(1, 0, 2))
-
-
 def output(xp, shape, dtype, zeros=False):
     """A kernel's (N, C, h, w) result: channel-major on the CPU."""
     if xp is numpy:
@@ -67,5 +59,9 @@ def product_into(y, n0, n1, rows, a, b):
     out = matrix(y, n0, n1, a.shape[0], rows)
     if out is not None:
         _parallel.matmul(a, b, out=out)
-    else:
-        store_chunk(y, n0, n1, _parallel.matmul(a, b))
+        return
+    # NCHW across images: the (G, O/G, B*P) product is reordered into y
+    k, o = n1 - n0, y.shape[1]
+    backend.get_array_module(y).copyto(
+        y[n0:n1].reshape(k, o, -1),
+        _parallel.matmul(a, b).reshape(o, k, -1).transpose(1, 0, 2))

@@ -67,10 +67,7 @@ def _padded_windows(x, g, ws_name=None):
     keeps the order of x's memory (a channel-major x, whose batch stride
     is the smaller one, is padded as (C, B, ...) planes).
     """
-    ext_h = (g.oh - 1) * g.sy + (g.kh - 1) * g.dy + 1
-    ext_w = (g.ow - 1) * g.sx + (g.kw - 1) * g.dx + 1
-    hh = max(0, min(g.h, ext_h - g.ph))  # input rows that windows reach
-    ww = max(0, min(g.w, ext_w - g.pw))
+    ext_h, ext_w, hh, ww = _batch_last.windows_extent(g)
     swap = x.strides[0] < x.strides[1]
     planes = x.swapaxes(0, 1) if swap else x
     if g.ph == g.pw == 0 and ext_h <= g.h and ext_w <= g.w:
@@ -114,10 +111,16 @@ def _col2im_add(out, col, g):
 
 
 # -- chunked GEMM kernels ----------------------------------------------------
-def _chunks(xp, n, per_image_bytes, p):
-    """Split range(n) into chunks of images for the column GEMMs."""
+def _chunks(xp, n, per_image_bytes, p, in_place=()):
+    """Split range(n) into chunks of images for the column GEMMs; by
+    :func:`_view_chunks` where the operands ``in_place`` ((array, groups)
+    pairs) are all matrices that BLAS reads in place
+    (``_conv_matrices.matrix``)."""
     if xp is not numpy:
         return [(0, n)]
+    if in_place and all(_conv_matrices.matrix(a, 0, n, groups) is not None
+                        for a, groups in in_place):
+        return _view_chunks(n, p)
     threads = _parallel.product_threads()
     columns = _MIN_COLUMNS if threads < 2 else _MIN_COLUMNS_THREADED
     b = max(1, min(n, -(-columns // p),
@@ -197,12 +200,8 @@ def conv_forward(x, W, g, groups):
     w2 = W.reshape(groups, o // groups, -1)
     y = _conv_matrices.output(xp, (n, o, g.oh, g.ow), x.dtype)
     per_image = c * g.kh * g.kw * p * x.dtype.itemsize
-
-    if (xp is numpy and is_pointwise(g)
-            and _conv_matrices.matrix(x, 0, n, 1) is not None):
-        chunks = _view_chunks(n, p)
-    else:
-        chunks = _chunks(xp, n, per_image, p)
+    chunks = _chunks(xp, n, per_image, p,
+                     [(x, 1)] if is_pointwise(g) else ())
 
     def run(pieces):
         cols = _column_builder(x, g)
@@ -267,12 +266,8 @@ def conv_grad_w(x, gy, g, groups, w_shape):
                     else _parallel.matmul(gyc, col.transpose(0, 2, 1)))
             acc = part if acc is None else xp.add(acc, part, out=acc)
         return acc
-    if (xp is numpy and is_pointwise(g)
-            and _conv_matrices.matrix(x, 0, n, 1) is not None
-            and _conv_matrices.matrix(gy, 0, n, groups) is not None):
-        chunks = _view_chunks(n, p)
-    else:
-        chunks = _chunks(xp, n, per_image, p)
+    chunks = _chunks(xp, n, per_image, p,
+                     [(x, 1), (gy, groups)] if is_pointwise(g) else ())
     parts = _parallel.over_chunks(run, _bands(xp, chunks, g,
                                               per_image // g.oh))
     acc = parts[0]
@@ -326,11 +321,8 @@ def deconv_forward(x, W, g, groups):
             for n0, n1 in chunks:
                 xc = _conv_matrices.operand(x, n0, n1, groups, None, 'x')
                 _conv_matrices.product_into(y, n0, n1, None, w2t, xc)
-        if xp is numpy and _conv_matrices.matrix(x, 0, n, groups) is not None:
-            chunks = _view_chunks(n, p)
-        else:
-            chunks = _chunks(xp, n, o * p * x.dtype.itemsize, p)
-        _parallel.over_chunks(run_pointwise, chunks)
+        _parallel.over_chunks(run_pointwise, _chunks(
+            xp, n, o * p * x.dtype.itemsize, p, [(x, groups)]))
         return y
     fpad = (g.dy * (g.kh - 1) - g.ph, g.dx * (g.kw - 1) - g.pw)
     if (g.sy == g.sx == 1 and min(fpad) >= 0 and W.size <= x.size

@@ -180,8 +180,7 @@ def matmul(a, b, out=None):
               and a.shape[:-2] == b.shape[:-2])
     if (n < 2 or not simple
             or a.size * b.shape[-1] < _MIN_PRODUCT):
-        return numpy.matmul(a, b) if out is None else numpy.matmul(
-            a, b, out=out)
+        return numpy.matmul(a, b, out=out)
     if out is None:
         out = numpy.empty(a.shape[:-1] + b.shape[-1:],
                           numpy.result_type(a, b))

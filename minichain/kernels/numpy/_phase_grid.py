@@ -54,10 +54,16 @@ class PhaseGrid:
             ph[a, b, :, pr, pc] = x3[:, xr, xc]
         return ph.reshape(g.sy, g.sx, nc, -1)
 
-    def merge(self, ph, shape):
-        """Inverse of split (padding dropped): phases -> (N, C, h, w)."""
+    def zeros(self, nc, dtype):
+        """Phases (sy, sx, nc, hq*wq) of zeros, to sum into and merge."""
+        return numpy.zeros((self.g.sy, self.g.sx, nc, self.hq * self.wq),
+                           dtype)
+
+    def merge(self, ph, lead):
+        """Inverse of split (padding dropped): phases -> a fresh (N, C, h,
+        w), ``lead`` = (N, C)."""
         g = self.g
-        out = numpy.zeros(shape, ph.dtype)
+        out = numpy.zeros(tuple(lead) + (g.h, g.w), ph.dtype)
         o3 = out.reshape(-1, g.h, g.w)
         ph = ph.reshape(g.sy, g.sx, -1, self.hq, self.wq)
         for a, b, pr, pc, xr, xc in self._blocks():

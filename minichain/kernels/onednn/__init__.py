@@ -4,13 +4,8 @@ oneDNN is the library PyTorch's CPU convolutions run on; the
 ``onednn-cpu-gomp`` wheel (the ``onednn`` extra, Linux x86-64) ships it
 without Python code, and ``_dnnl.py`` binds the few calls used. As
 Chainer did with iDeep (``config.use_ideep``), ``config.use_onednn``
-chooses, its default taken from ``MINICHAIN_ONEDNN``:
-
-- ``'auto'``: use oneDNN when the library loads, else run the next
-  kernel or the op's body, silently;
-- ``'always'``: as 'auto', but a library that does not load is an error
-  (one line: why, and how to install it);
-- ``'never'``: the kernels decline; the NumPy path runs.
+chooses, its default taken from ``MINICHAIN_ONEDNN``: 'auto', 'always'
+or 'never', as ``kernels/_switch.py`` says ('never': the NumPy path runs).
 
 Importing this package never raises for a missing library: the kernels
 are registered and decline when it cannot load.

@@ -33,36 +33,27 @@ SUCCESS = 0                     # dnnl_status_t
 STATUS = {1: 'out of memory', 2: 'invalid arguments', 3: 'unimplemented',
           4: 'last implementation reached', 5: 'runtime error',
           6: 'not required'}
-S32, F32, U8 = 4, 3, 6          # dnnl_data_type_t: dnnl_s32, f32, u8
-BF16 = 2                        # dnnl_bf16
+F32, BF16 = 3, 2                # dnnl_data_type_t: dnnl_f32, dnnl_bf16
 FORMAT_ANY = 1                  # dnnl_format_tag_any
 CPU = 1                         # dnnl_engine_kind_t: dnnl_cpu
 STREAM_IN_ORDER = 1             # dnnl_stream_in_order
 FORWARD_TRAINING = 64           # dnnl_prop_kind_t
 FORWARD_INFERENCE = 96
 BACKWARD = 128
-BACKWARD_DATA = 160
-BACKWARD_WEIGHTS = 192
 CONVOLUTION_DIRECT = 0x1        # dnnl_alg_kind_t
-ELTWISE_RELU, ELTWISE_RELU_USE_DST = 0x20, 0x100
+ELTWISE_RELU_USE_DST = 0x100
 POOLING_MAX, POOLING_AVG_INCLUDE_PADDING = 0x1ff, 0x2ff
 BINARY_ADD = 0x1fff0
 USE_GLOBAL_STATS = 0x1          # dnnl_normalization_flags_t
 USE_SCALE, USE_SHIFT = 0x2, 0x4
-FUSE_NORM_RELU, FUSE_NORM_ADD_RELU = 0x8, 0x10
-QUERY_IMPL_INFO_STR = 8                         # dnnl_query_t
-QUERY_SRC_MD, QUERY_DIFF_SRC_MD = 129, 130
-QUERY_WEIGHTS_MD, QUERY_DIFF_WEIGHTS_MD = 131, 132
-QUERY_DST_MD, QUERY_DIFF_DST_MD = 133, 134
-QUERY_WORKSPACE_MD = 135
-QUERY_EXEC_ARG_MD = 255
+FUSE_NORM_RELU = 0x8
+QUERY_IMPL_INFO_STR, QUERY_EXEC_ARG_MD = 8, 255  # dnnl_query_t
 ARG_SRC, ARG_SRC_1, ARG_DST = 1, 2, 17          # DNNL_ARG_*
 ARG_WEIGHTS, ARG_BIAS = 33, 41
 ARG_MEAN, ARG_VARIANCE, ARG_SCALE, ARG_SHIFT = 49, 50, 51, 52
 ARG_WORKSPACE = 64
 ARG_ATTR_SCALES = 4096          # | ARG_*: scales given at execute time
-ARG_DIFF_SRC, ARG_DIFF_SRC_1, ARG_DIFF_DST = 129, 130, 145
-ARG_DIFF_WEIGHTS, ARG_DIFF_BIAS = 161, 169
+ARG_DIFF_SRC, ARG_DIFF_DST, ARG_DIFF_WEIGHTS = 129, 145, 161
 ARG_DIFF_SCALE, ARG_DIFF_SHIFT = 255, 256
 MAX_NDIMS = 12                  # DNNL_MAX_NDIMS
 
@@ -235,19 +226,28 @@ def dims(values):
 
 
 # -- memory descriptors -------------------------------------------------------
-class Desc:
-    """A memory descriptor that this object owns (destroyed with it)."""
+class Owned:
+    """A oneDNN object (``handle``) that this Python object owns: ctypes
+    passes the handle, and the call named ``destroy`` destroys it with
+    this object."""
+    handle = None
+    destroy = None
 
-    def __init__(self, handle):
-        self.handle = handle
+    @property
+    def _as_parameter_(self):
+        return self.handle
 
     def __del__(self):
         if lib is not None and self.handle:
-            lib.dnnl_memory_desc_destroy(self.handle)
+            getattr(lib, self.destroy)(self.handle)
 
-    @property
-    def _as_parameter_(self):   # ctypes passes the handle
-        return self.handle
+
+class Desc(Owned):
+    """A memory descriptor that this object owns (destroyed with it)."""
+    destroy = 'dnnl_memory_desc_destroy'
+
+    def __init__(self, handle):
+        self.handle = handle
 
 
 def plain(shape, strides=None, dt=F32):
@@ -287,16 +287,11 @@ def of(array):
     return plain(array.shape, [s // 4 for s in array.strides])
 
 
-def channels_last_strides(shape):
-    """Element strides of an (N, C, H, W) array over NHWC memory."""
-    n, c, h, w = shape
-    return [h * w * c, 1, w * c, c]
-
-
 def channels_last(shape, dt=F32):
     """An md (f32 unless ``dt``) of an (N, C, H, W) tensor in NHWC memory:
     the layout the oneDNN kernels hand to NumPy (``_plan.py`` says why)."""
-    return plain(shape, channels_last_strides(shape), dt)
+    n, c, h, w = shape
+    return plain(shape, [h * w * c, 1, w * c, c], dt)
 
 
 def empty_channels_last(shape):
@@ -315,16 +310,10 @@ def is_channels_last(array):
 def any_layout(shape, dt=F32):
     """An md (f32 unless ``dt``) whose layout the primitive picks
     (``format_tag_any``)."""
-    return tagged(shape, FORMAT_ANY, dt)
-
-
-def tagged(shape, tag, dt=F32):
-    """An md (f32 unless ``dt``) of the layout a ``dnnl_format_tag_t``
-    names."""
     h = _handle()
     check('dnnl_memory_desc_create_with_tag',
           lib.dnnl_memory_desc_create_with_tag(
-              ctypes.byref(h), len(shape), dims(shape), dt, tag))
+              ctypes.byref(h), len(shape), dims(shape), dt, FORMAT_ANY))
     return Desc(h)
 
 
@@ -332,38 +321,30 @@ def same(md_a, md_b):
     return bool(lib.dnnl_memory_desc_equal(md_a, md_b))
 
 
-def nbytes(md):
-    return lib.dnnl_memory_desc_get_size(md)
-
-
 def buffer(md):
     """A 64-byte aligned NumPy byte buffer holding one tensor of ``md``
     (oneDNN's kernels assume cache-line aligned data for full speed)."""
-    n = nbytes(md)
+    n = lib.dnnl_memory_desc_get_size(md)
     raw = numpy.empty(n + 64, numpy.uint8)
     start = -raw.ctypes.data % 64
     return raw[start:start + n]
 
 
 # -- primitives ---------------------------------------------------------------
-class PrimitiveDesc:
-    """A primitive descriptor that this object owns: ``create(pd_ptr)``
-    is the ``dnnl_*_primitive_desc_create`` call with its arguments
-    (``name`` names it in errors). Backward primitives take the forward's
-    as a hint."""
+class PrimitiveDesc(Owned):
+    """A primitive descriptor that this object owns, made by the call
+    ``create`` (a ``dnnl_*_primitive_desc_create``) with ``args`` after the
+    pointer it fills. Backward primitives take the forward's as a hint."""
+    destroy = 'dnnl_primitive_desc_destroy'
 
-    def __init__(self, name, create):
+    def __init__(self, create, *args):
         self.handle = _handle()
-        check(name, create(ctypes.byref(self.handle)))
+        check(create, getattr(lib, create)(ctypes.byref(self.handle), *args))
         if self.implementation().startswith('ref'):
             # oneDNN's reference code (a plain loop nest, for layouts its
             # optimized kernels do not take) ran a 1x1 convolution on a
             # channel-major input 1000x slower than NumPy: refuse it.
-            raise Error(name + ' (only its reference implementation)', 3)
-
-    @property
-    def _as_parameter_(self):
-        return self.handle
+            raise Error(create + ' (only its reference implementation)', 3)
 
     def implementation(self):
         """oneDNN's name of the implementation chosen, e.g. 'jit:avx2'."""
@@ -377,10 +358,6 @@ class PrimitiveDesc:
         ``arg`` (a DNNL_ARG_*; owned by the pd)."""
         return lib.dnnl_primitive_desc_query_md(self.handle,
                                                 QUERY_EXEC_ARG_MD, arg)
-
-    def __del__(self):
-        if lib is not None and self.handle:
-            lib.dnnl_primitive_desc_destroy(self.handle)
 
 
 class Primitive:
@@ -435,7 +412,6 @@ class Primitive:
 
 def reorder(src_md, dst_md):
     """A primitive copying a tensor from one layout to another."""
-    pd = PrimitiveDesc('dnnl_reorder_primitive_desc_create',
-                       lambda pd: lib.dnnl_reorder_primitive_desc_create(
-                           pd, src_md, engine, dst_md, engine, None))
+    pd = PrimitiveDesc('dnnl_reorder_primitive_desc_create', src_md, engine,
+                       dst_md, engine, None)
     return Primitive(pd, (ARG_SRC, ARG_DST))

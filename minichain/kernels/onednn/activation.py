@@ -46,10 +46,8 @@ def _dense(a):
 
 def _forward_pd(md):
     return L.PrimitiveDesc(
-        'dnnl_eltwise_forward_primitive_desc_create',
-        lambda pd: L.lib.dnnl_eltwise_forward_primitive_desc_create(
-            pd, L.engine, L.FORWARD_TRAINING, L.ELTWISE_RELU_USE_DST, md, md,
-            0.0, 0.0, None))
+        'dnnl_eltwise_forward_primitive_desc_create', L.engine,
+        L.FORWARD_TRAINING, L.ELTWISE_RELU_USE_DST, md, md, 0.0, 0.0, None)
 
 
 def relu(node, inputs):
@@ -69,10 +67,8 @@ def relu(node, inputs):
 def _backward_primitive(y_md):
     hint = _forward_pd(y_md)
     pd = L.PrimitiveDesc(
-        'dnnl_eltwise_backward_primitive_desc_create',
-        lambda pd: L.lib.dnnl_eltwise_backward_primitive_desc_create(
-            pd, L.engine, L.ELTWISE_RELU_USE_DST, y_md, y_md, y_md, 0.0,
-            0.0, hint, None))
+        'dnnl_eltwise_backward_primitive_desc_create', L.engine,
+        L.ELTWISE_RELU_USE_DST, y_md, y_md, y_md, 0.0, 0.0, hint, None)
     return L.Primitive(pd, (L.ARG_DST, L.ARG_DIFF_DST, L.ARG_DIFF_SRC))
 
 

@@ -24,15 +24,10 @@ NaN) where oneDNN skips the padding.
 """
 import numpy
 
+from minichain.functions.geometry import conv_outsize
 from minichain.kernels.onednn import _dnnl as L
 from minichain.kernels.onednn import _fpmath
 from minichain.kernels.onednn._plan import Plan, cached
-
-
-def _outsize(size, k, s, p, d, cover_all):
-    """Chainer's output length of a convolution along one axis."""
-    dk = (k - 1) * d + 1
-    return (size + 2 * p - dk + (s - 1 if cover_all else 0)) // s + 1
 
 
 def _geometry(in_size, out_size, k, stride, pad, dilate):
@@ -110,13 +105,10 @@ def _padded(geo):
 
 
 def _forward_pd(src, w, dst, geo, bias_md=None):
-    strides, dil, pad_l, pad_r = geo
     return L.PrimitiveDesc(
-        'dnnl_convolution_forward_primitive_desc_create',
-        lambda pd: L.lib.dnnl_convolution_forward_primitive_desc_create(
-            pd, L.engine, L.FORWARD_TRAINING, L.CONVOLUTION_DIRECT, src, w,
-            bias_md, dst, L.dims(strides), L.dims(dil), L.dims(pad_l),
-            L.dims(pad_r), None))
+        'dnnl_convolution_forward_primitive_desc_create', L.engine,
+        L.FORWARD_TRAINING, L.CONVOLUTION_DIRECT, src, w, bias_md, dst,
+        *map(L.dims, geo), None)
 
 
 # -- Convolution2D: forward -----------------------------------------------------
@@ -124,8 +116,9 @@ def convolution_2d(node, inputs):
     x, W = inputs[:2]
     b = inputs[2] if len(inputs) == 3 else None
     k = W.shape[2:]
-    out = tuple(_outsize(x.shape[2 + a], k[a], node.stride[a], node.pad[a],
-                         node.dilate[a], node.cover_all) for a in (0, 1))
+    out = tuple(conv_outsize(x.shape[2 + a], k[a], node.stride[a],
+                             node.pad[a], node.cover_all, node.dilate[a])
+                for a in (0, 1))
     y_shape = (x.shape[0], W.shape[0]) + out
     if (not _usable(node, y_shape, x, W)
             or (b is not None and (b.dtype != x.dtype
@@ -193,18 +186,15 @@ def _backward_data_plan(gy, W, gx_shape, geo, math):
     user = {L.ARG_DIFF_DST: L.of(gy), L.ARG_WEIGHTS: L.of(W)}
     if None in user.values():
         return None
-    strides, dil, pad_l, pad_r = geo
     nhwc = _on_nhwc(W.shape[2:], gy.shape)
     diff_src, w, diff_dst = _mds(nhwc, gx_shape, W.shape, gy.shape,
                                  _dts(math, 0))
     hint = _forward_pd(*_mds(nhwc, gx_shape, W.shape, gy.shape,
                              _dts(math, 2)), geo)
     pd = L.PrimitiveDesc(
-        'dnnl_convolution_backward_data_primitive_desc_create',
-        lambda pd: L.lib.dnnl_convolution_backward_data_primitive_desc_create(
-            pd, L.engine, L.CONVOLUTION_DIRECT, diff_src, w, diff_dst,
-            L.dims(strides), L.dims(dil), L.dims(pad_l), L.dims(pad_r),
-            hint, None))
+        'dnnl_convolution_backward_data_primitive_desc_create', L.engine,
+        L.CONVOLUTION_DIRECT, diff_src, w, diff_dst, *map(L.dims, geo), hint,
+        None)
     primitive = L.Primitive(pd, (L.ARG_DIFF_DST, L.ARG_WEIGHTS,
                                  L.ARG_DIFF_SRC))
     return Plan(primitive, user, {L.ARG_DIFF_SRC: gx_shape},
@@ -240,16 +230,13 @@ def _backward_weights_plan(x, gy, w_shape, geo):
     user = {L.ARG_SRC: L.of(x), L.ARG_DIFF_DST: L.of(gy)}
     if None in user.values():
         return None
-    strides, dil, pad_l, pad_r = geo
     src, diff_w, diff_dst = _mds(_on_nhwc(w_shape[2:], gy.shape), x.shape,
                                  w_shape, gy.shape)
     hint = _forward_pd(src, diff_w, diff_dst, geo)
-    create = L.lib.dnnl_convolution_backward_weights_primitive_desc_create
     pd = L.PrimitiveDesc(
-        'dnnl_convolution_backward_weights_primitive_desc_create',
-        lambda pd: create(pd, L.engine, L.CONVOLUTION_DIRECT, src, diff_w,
-                          None, diff_dst, L.dims(strides), L.dims(dil),
-                          L.dims(pad_l), L.dims(pad_r), hint, None))
+        'dnnl_convolution_backward_weights_primitive_desc_create', L.engine,
+        L.CONVOLUTION_DIRECT, src, diff_w, None, diff_dst, *map(L.dims, geo),
+        hint, None)
     primitive = L.Primitive(pd, (L.ARG_SRC, L.ARG_DIFF_DST,
                                  L.ARG_DIFF_WEIGHTS))
     return Plan(primitive, user, {L.ARG_DIFF_WEIGHTS: tuple(w_shape)})

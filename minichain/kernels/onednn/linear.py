@@ -59,9 +59,8 @@ def _forward_pd(n, i, o, bias, math, dt=L.F32):
     src, w, dst = _mds(n, i, o, math, 2)
     b = L.plain((o,), dt=dt) if bias else None
     return L.PrimitiveDesc(
-        'dnnl_inner_product_forward_primitive_desc_create',
-        lambda pd: L.lib.dnnl_inner_product_forward_primitive_desc_create(
-            pd, L.engine, L.FORWARD_TRAINING, src, w, b, dst, None))
+        'dnnl_inner_product_forward_primitive_desc_create', L.engine,
+        L.FORWARD_TRAINING, src, w, b, dst, None)
 
 
 def _forward_plan(n, i, o, bias, math, dt):
@@ -95,10 +94,9 @@ def linear(node, inputs):
 def _backward_data_plan(n, i, o, math, dt):
     diff_src, w, diff_dst = _mds(n, i, o, math, 0)
     hint = _forward_pd(n, i, o, False, math)
-    create = L.lib.dnnl_inner_product_backward_data_primitive_desc_create
     pd = L.PrimitiveDesc(
-        'dnnl_inner_product_backward_data_primitive_desc_create',
-        lambda pd: create(pd, L.engine, diff_src, w, diff_dst, hint, None))
+        'dnnl_inner_product_backward_data_primitive_desc_create', L.engine,
+        diff_src, w, diff_dst, hint, None)
     return Plan(L.Primitive(pd, (L.ARG_DIFF_DST, L.ARG_WEIGHTS,
                                  L.ARG_DIFF_SRC)),
                 _user(dt, DIFF_DST=(n, o), WEIGHTS=(o, i)),
@@ -108,11 +106,9 @@ def _backward_data_plan(n, i, o, math, dt):
 def _backward_weights_plan(n, i, o, math, dt):
     src, diff_w, diff_dst = _mds(n, i, o, math, 1)
     hint = _forward_pd(n, i, o, False, math)
-    create = L.lib.dnnl_inner_product_backward_weights_primitive_desc_create
     pd = L.PrimitiveDesc(
-        'dnnl_inner_product_backward_weights_primitive_desc_create',
-        lambda pd: create(pd, L.engine, src, diff_w, None, diff_dst, hint,
-                          None))
+        'dnnl_inner_product_backward_weights_primitive_desc_create', L.engine,
+        src, diff_w, None, diff_dst, hint, None)
     return Plan(L.Primitive(pd, (L.ARG_SRC, L.ARG_DIFF_DST,
                                  L.ARG_DIFF_WEIGHTS)),
                 _user(dt, SRC=(n, i), DIFF_DST=(n, o)),

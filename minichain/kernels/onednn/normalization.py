@@ -2,9 +2,7 @@
 ``BatchNormalizationGrad`` and, for inference, ``FixedBatchNormalization``
 in functions/normalization.py), on channels-last float32 arrays: the
 layout the oneDNN convolutions return (``_plan.py``), on which oneDNN's
-jit code runs without a reorder (fwd + bwd 3.6-8.5x the NumPy kernel's
-speed on NCHW, 1.3-4.7x on channel-major arrays, at ResNet-50's shapes;
-bench/onednn_layers.py, bench/README.md).
+jit code runs without a reorder (how much faster: ``__init__.py``).
 x in any other layout is declined: on NCHW oneDNN has only a generic loop,
 and reordering in and out of its blocked layout at each call cost more
 than it saved (0.23-0.82x the NumPy kernel, an earlier version).
@@ -44,9 +42,8 @@ def _usable(lay, x, params, others=()):
 def _forward_pd(shape, eps, flags, prop=L.FORWARD_TRAINING):
     md = L.channels_last(shape)
     return L.PrimitiveDesc(
-        'dnnl_batch_normalization_forward_primitive_desc_create',
-        lambda pd: L.lib.dnnl_batch_normalization_forward_primitive_desc_create(
-            pd, L.engine, prop, md, md, eps, flags, None))
+        'dnnl_batch_normalization_forward_primitive_desc_create', L.engine,
+        prop, md, md, eps, flags, None)
 
 
 def batch_normalization(node, inputs):
@@ -90,14 +87,16 @@ def batch_normalization(node, inputs):
     return y,
 
 
-def _forward_plan(shape, eps, flags):
-    pd = _forward_pd(shape, eps, flags)
-    args = [L.ARG_SRC, L.ARG_SCALE, L.ARG_SHIFT, L.ARG_MEAN, L.ARG_VARIANCE,
-            L.ARG_DST]
-    if flags & L.FUSE_NORM_RELU:
-        args.append(L.ARG_WORKSPACE)
-    return Plan(L.Primitive(pd, tuple(args)), {},
-                {L.ARG_DST: shape}, channels_last=(L.ARG_DST,))
+def _forward_plan(shape, eps, flags, prop=L.FORWARD_TRAINING):
+    """The forward: the batch's statistics written to mean and variance,
+    or (``L.USE_GLOBAL_STATS`` in ``flags``, ``L.FORWARD_INFERENCE``)
+    read from them."""
+    pd = _forward_pd(shape, eps, flags, prop)
+    args = (L.ARG_SRC, L.ARG_SCALE, L.ARG_SHIFT, L.ARG_MEAN, L.ARG_VARIANCE,
+            L.ARG_DST) + ((L.ARG_WORKSPACE,) if flags & L.FUSE_NORM_RELU
+                          else ())
+    return Plan(L.Primitive(pd, args), {}, {L.ARG_DST: shape},
+                channels_last=(L.ARG_DST,))
 
 
 def batch_normalization_grad(node, inputs):
@@ -125,11 +124,9 @@ def _backward_plan(shape, gy_md, eps):
     the network), or one of the sums of gradients."""
     hint = _forward_pd(shape, eps, _SCALE_SHIFT)
     md = L.channels_last(shape)
-    create = L.lib.dnnl_batch_normalization_backward_primitive_desc_create
     pd = L.PrimitiveDesc(
-        'dnnl_batch_normalization_backward_primitive_desc_create',
-        lambda pd: create(pd, L.engine, L.BACKWARD, md, md, md, eps,
-                          _SCALE_SHIFT, hint, None))
+        'dnnl_batch_normalization_backward_primitive_desc_create', L.engine,
+        L.BACKWARD, md, md, md, eps, _SCALE_SHIFT, hint, None)
     args = (L.ARG_SRC, L.ARG_MEAN, L.ARG_VARIANCE, L.ARG_DIFF_DST,
             L.ARG_SCALE, L.ARG_DIFF_SRC, L.ARG_DIFF_SCALE, L.ARG_DIFF_SHIFT)
     c = shape[1]
@@ -147,18 +144,11 @@ def fixed_batch_normalization(node, inputs):
             and finite(gamma, beta, mean, var)):
         return None
     plan = cached(('fixed_bn', x.shape, float(node.eps)),
-                  lambda: _inference_plan(x.shape, node.eps))
+                  lambda: _forward_plan(x.shape, node.eps,
+                                        L.USE_GLOBAL_STATS | _SCALE_SHIFT,
+                                        L.FORWARD_INFERENCE))
     if plan is None:
         return None
     node.retain_inputs((0, 1, 3, 4))
     return plan({L.ARG_SRC: x, L.ARG_SCALE: gamma, L.ARG_SHIFT: beta,
                  L.ARG_MEAN: mean, L.ARG_VARIANCE: var})[L.ARG_DST],
-
-
-def _inference_plan(shape, eps):
-    pd = _forward_pd(shape, eps, L.USE_GLOBAL_STATS | _SCALE_SHIFT,
-                     L.FORWARD_INFERENCE)
-    args = (L.ARG_SRC, L.ARG_SCALE, L.ARG_SHIFT, L.ARG_MEAN, L.ARG_VARIANCE,
-            L.ARG_DST)
-    return Plan(L.Primitive(pd, args), {}, {L.ARG_DST: shape},
-                channels_last=(L.ARG_DST,))

@@ -47,12 +47,13 @@ _SCALE_0 = L.ARG_ATTR_SCALES | L.ARG_SRC
 _SCALE_1 = L.ARG_ATTR_SCALES | L.ARG_SRC_1
 
 
-class Attr:
+class Attr(L.Owned):
     """Primitive attributes that this object owns: one scale per tensor,
     given at execute time, for each argument in ``scales`` (as
     ``ARG_ATTR_SCALES | arg``, a float32 array of one element), and with
     ``sum_scale`` a sum post-op, ``dst = sum_scale * dst + result``.
     A primitive descriptor copies them when it is created."""
+    destroy = 'dnnl_primitive_attr_destroy'
 
     def __init__(self, scales=(), sum_scale=None):
         self.handle = ctypes.c_void_p()
@@ -76,23 +77,13 @@ class Attr:
             finally:
                 L.lib.dnnl_post_ops_destroy(post_ops)
 
-    @property
-    def _as_parameter_(self):
-        return self.handle
-
-    def __del__(self):
-        if L.lib is not None and self.handle:
-            L.lib.dnnl_primitive_attr_destroy(self.handle)
-
 
 def _binary_add(n, attr):
     """A primitive computing dst = src_0 + src_1 (as ``attr`` scales and
     post-processes them) on flat float32 arrays of ``n`` elements."""
     md = L.plain((n,))
-    pd = L.PrimitiveDesc(
-        'dnnl_binary_primitive_desc_create',
-        lambda pd: L.lib.dnnl_binary_primitive_desc_create(
-            pd, L.engine, L.BINARY_ADD, md, md, md, attr))
+    pd = L.PrimitiveDesc('dnnl_binary_primitive_desc_create', L.engine,
+                         L.BINARY_ADD, md, md, md, attr)
     args = (L.ARG_SRC, L.ARG_SRC_1, L.ARG_DST)
     if attr is None:
         return L.Primitive(pd, args)

@@ -56,17 +56,11 @@ def _geometry(g):
     return (g.sy, g.sx), (g.kh, g.kw), (0, 0), (g.ph, g.pw), pad_r
 
 
-def _shapes(g, n, c):
-    return (n, c, g.h, g.w), (n, c, g.oh, g.ow)
-
-
 def _forward_pd(alg, x_shape, y_shape, geo, layout):
     src, dst = _md(x_shape, layout), _md(y_shape, layout)
     return L.PrimitiveDesc(
-        'dnnl_pooling_forward_primitive_desc_create',
-        lambda pd: L.lib.dnnl_pooling_forward_primitive_desc_create(
-            pd, L.engine, L.FORWARD_TRAINING, alg, src, dst,
-            *(L.dims(v) for v in geo), None))
+        'dnnl_pooling_forward_primitive_desc_create', L.engine,
+        L.FORWARD_TRAINING, alg, src, dst, *map(L.dims, geo), None)
 
 
 def _forward_plan(alg, x_shape, y_shape, geo, layout='nchw'):
@@ -81,10 +75,8 @@ def _backward_plan(alg, x_shape, y_shape, geo, layout):
     hint = _forward_pd(alg, x_shape, y_shape, geo, layout)
     diff_src, diff_dst = _md(x_shape, layout), _md(y_shape, layout)
     pd = L.PrimitiveDesc(
-        'dnnl_pooling_backward_primitive_desc_create',
-        lambda pd: L.lib.dnnl_pooling_backward_primitive_desc_create(
-            pd, L.engine, alg, diff_src, diff_dst,
-            *(L.dims(v) for v in geo), hint, None))
+        'dnnl_pooling_backward_primitive_desc_create', L.engine, alg,
+        diff_src, diff_dst, *map(L.dims, geo), hint, None)
     args = (L.ARG_DIFF_DST, L.ARG_DIFF_SRC) + ((L.ARG_WORKSPACE,)
                                                if alg == L.POOLING_MAX
                                                else ())
@@ -92,11 +84,14 @@ def _backward_plan(alg, x_shape, y_shape, geo, layout):
                 channels_last=(L.ARG_DIFF_SRC,) if layout == 'nhwc' else ())
 
 
-def _plan(direction, alg, g, n, c, layout):
-    geo = _geometry(g)
-    if geo is None:
+def _plan(direction, alg, g, a):
+    """The plan that pools ``a`` (x forward, gy backward) in its layout;
+    None where its layout or the geometry is declined."""
+    layout, geo = _layout(a), _geometry(g)
+    if layout is None or geo is None:
         return None
-    x_shape, y_shape = _shapes(g, n, c)
+    n, c = a.shape[:2]
+    x_shape, y_shape = (n, c, g.h, g.w), (n, c, g.oh, g.ow)
     build = _forward_plan if direction == 'fwd' else _backward_plan
     return cached(('pool', direction, alg, x_shape, y_shape, geo, layout),
                   lambda: build(alg, x_shape, y_shape, geo, layout))
@@ -135,7 +130,7 @@ def max_pooling_2d(node, inputs):
     layout = _layout(x)
     if layout is None or not x.min() > -numpy.inf:   # NaN or -inf
         return None
-    plan = _plan('fwd', L.POOLING_MAX, g, *x.shape[:2], layout)
+    plan = _plan('fwd', L.POOLING_MAX, g, x)
     if plan is None:
         return None
     n, c = x.shape[:2]
@@ -155,7 +150,7 @@ def max_pooling_2d_grad(node, inputs):
     layout = _layout(gy)
     if layout is None or not L.finite(gy):
         return None
-    plan = _plan('bwd', L.POOLING_MAX, g, *gy.shape[:2], layout)
+    plan = _plan('bwd', L.POOLING_MAX, g, gy)
     if plan is None:
         return None
     ws = _workspace(node.indexes, g, layout)
@@ -165,26 +160,15 @@ def max_pooling_2d_grad(node, inputs):
 # -- average pooling ----------------------------------------------------------
 def average_pooling_2d(node, inputs):
     x, = inputs
-    layout = _layout(x)
-    if layout is None:
-        return None
-    plan = _plan('fwd', L.POOLING_AVG_INCLUDE_PADDING, node.g, *x.shape[:2],
-                 layout)
-    if plan is None:
-        return None
-    return plan({L.ARG_SRC: x})[L.ARG_DST],
+    plan = _plan('fwd', L.POOLING_AVG_INCLUDE_PADDING, node.g, x)
+    return None if plan is None else (plan({L.ARG_SRC: x})[L.ARG_DST],)
 
 
 def average_pooling_2d_grad(node, inputs):
     gy, = inputs
-    layout = _layout(gy)
-    if layout is None:
-        return None
-    plan = _plan('bwd', L.POOLING_AVG_INCLUDE_PADDING, node.g,
-                 *gy.shape[:2], layout)
-    if plan is None:
-        return None
-    return plan({L.ARG_DIFF_DST: gy})[L.ARG_DIFF_SRC],
+    plan = _plan('bwd', L.POOLING_AVG_INCLUDE_PADDING, node.g, gy)
+    return (None if plan is None else
+            (plan({L.ARG_DIFF_DST: gy})[L.ARG_DIFF_SRC],))
 
 
 def global_average_pooling_2d(node, inputs):
