@@ -89,6 +89,25 @@ def normalize_axis(func_name, axis, ndim):
     return tuple(sorted(out))
 
 
+def check_pair(func_name, name, v, minimum):
+    """An int or a pair of ints, each >= minimum, as a tuple of two ints."""
+    pair = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+    if len(pair) != 2 or any(int(p) != p or p < minimum for p in pair):
+        raise ValueError('{}: {} must be an int or a pair of ints >= {}, '
+                         'got {!r}'.format(func_name, name, minimum, v))
+    return tuple(int(p) for p in pair)
+
+
+def check_image(func_name, x):
+    """The array of ``x``, checked to be a float (N, C, H, W) batch."""
+    xa = unwrap(x)
+    check_float(func_name, xa, 'x')
+    if xa.ndim != 4:
+        raise ValueError('{}: x must be 4-D (N, C, H, W), got shape {}'
+                         .format(func_name, xa.shape))
+    return xa
+
+
 def unwrap(x):
     """The array of a Variable, or ``x`` itself."""
     return getattr(x, 'array', x)
