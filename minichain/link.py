@@ -129,20 +129,16 @@ class Link:
 
     def children(self):
         """Yield the direct child links in registration order."""
-        for _, child in self._named_children():
-            yield child
+        yield from (child for _, child in self._named_children())
 
     def namedlinks(self, skipself=False):
         """Yield ``(path, link)`` for this link ('/') and every descendant,
         sorted by path; a link reachable twice is yielded once."""
         found = []
         self._collect_links('', found)
-        seen = set()
-        for path, link in sorted(found, key=lambda pair: pair[0]):
-            if id(link) in seen or (skipself and link is self):
-                continue
-            seen.add(id(link))
-            yield path or '/', link
+        for path, link in _sorted_once(found):
+            if not (skipself and link is self):
+                yield path or '/', link
 
     def _collect_links(self, prefix, out):
         out.append((prefix, self))
@@ -152,40 +148,34 @@ class Link:
     def links(self, skipself=False):
         """Yield this link (unless ``skipself``) and all descendants, in
         ``namedlinks`` order."""
-        for _, link in self.namedlinks(skipself):
-            yield link
+        yield from (link for _, link in self.namedlinks(skipself))
 
     def namedparams(self, include_uninit=True):
         """Yield ``(path, param)`` such as ``('/conv1/W', W)``, sorted by
         path. A parameter shared by two links is yielded once, under its
         first path."""
-        found = []
-        for path, link in self.namedlinks():
-            prefix = '' if path == '/' else path
-            for name, param in link._own_params():
-                found.append((prefix + '/' + name, param))
-        seen = set()
-        for path, param in sorted(found, key=lambda pair: pair[0]):
-            if id(param) in seen:
-                continue
-            seen.add(id(param))
+        for path, param in _sorted_once(self._paths(Link._own_params)):
             if include_uninit or param.is_initialized:
                 yield path, param
 
     def params(self, include_uninit=True):
         """Yield every parameter, in ``namedparams`` order."""
-        for _, param in self.namedparams(include_uninit):
-            yield param
+        yield from (param for _, param in self.namedparams(include_uninit))
 
     def namedpersistents(self):
         """Yield ``(path, value)`` such as ``('/bn/avg_mean', array)`` for
         every persistent value, sorted by path."""
-        found = []
+        found = self._paths(lambda link: [(name, getattr(link, name))
+                                          for name in link._persistent])
+        yield from sorted(found, key=lambda pair: pair[0])
+
+    def _paths(self, items):
+        """``(path, value)`` for the ``(name, value)`` pairs that
+        ``items(link)`` gives for every link, such as ``('/conv1/W', W)``."""
         for path, link in self.namedlinks():
             prefix = '' if path == '/' else path
-            for name in link._persistent:
-                found.append((prefix + '/' + name, getattr(link, name)))
-        yield from sorted(found, key=lambda pair: pair[0])
+            for name, value in items(link):
+                yield prefix + '/' + name, value
 
     # -- gradients and parameter values ---------------------------------------
     def cleargrads(self):
@@ -309,6 +299,16 @@ class Link:
         if device.device_id < 0:
             return self.to_cpu()
         return self.to_gpu(device.device_id)
+
+
+def _sorted_once(pairs):
+    """``(path, obj)`` pairs sorted by path; an object reachable twice comes
+    once, under its first path."""
+    seen = set()
+    for path, obj in sorted(pairs, key=lambda pair: pair[0]):
+        if id(obj) not in seen:
+            seen.add(id(obj))
+            yield path, obj
 
 
 class Chain(Link):
