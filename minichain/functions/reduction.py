@@ -4,6 +4,8 @@ logsumexp.
 Each backward reshapes the output gradient back to keepdims form and
 broadcasts it over the reduced axes (max/min then mask it).
 """
+import math
+
 from minichain import backend
 from minichain.function_node import FunctionNode
 from minichain.variable import Variable
@@ -32,11 +34,8 @@ def _spread(gy, in_shape, axis, keepdims):
 
 
 def _reduced_size(in_shape, axis):
-    n = 1
-    for i, s in enumerate(in_shape):
-        if axis is None or i in axis:
-            n *= s
-    return n
+    return math.prod(s for i, s in enumerate(in_shape)
+                     if axis is None or i in axis)
 
 
 class Sum(FunctionNode):
