@@ -9,21 +9,25 @@ from minichain import backend
 
 
 def check_array(func_name, x, what='input'):
-    """Raise TypeError unless ``x`` is an ndarray with a numeric dtype."""
+    """The array of ``x`` (a Variable or ndarray); TypeError unless it is
+    an ndarray with a numeric dtype."""
+    x = unwrap(x)
     if not backend.is_array(x):
         raise TypeError('{}: {} must be a Variable or ndarray, got {}'
                         .format(func_name, what, type(x).__name__))
     if x.dtype.kind not in 'biufc' and not backend.is_float(x.dtype):
         raise TypeError('{}: {} has unsupported dtype {}'
                         .format(func_name, what, x.dtype))
+    return x
 
 
 def check_float(func_name, x, what='input'):
-    """Raise TypeError unless ``x`` is a floating-point ndarray."""
-    check_array(func_name, x, what)
+    """The array of ``x``; TypeError unless it is floating point."""
+    x = check_array(func_name, x, what)
     if not backend.is_float(x.dtype):
         raise TypeError('{}: {} must be floating point, got dtype {}'
                         .format(func_name, what, x.dtype))
+    return x
 
 
 def check_same_dtype(func_name, *arrays):
@@ -100,8 +104,7 @@ def check_pair(func_name, name, v, minimum):
 
 def check_image(func_name, x):
     """The array of ``x``, checked to be a float (N, C, H, W) batch."""
-    xa = unwrap(x)
-    check_float(func_name, xa, 'x')
+    xa = check_float(func_name, x, 'x')
     if xa.ndim != 4:
         raise ValueError('{}: x must be 4-D (N, C, H, W), got shape {}'
                          .format(func_name, xa.shape))

@@ -75,12 +75,6 @@ class ReLUGrad(FunctionNode):
                      for i in indexes)
 
 
-def _check_input(name, x):
-    xa = unwrap(x)
-    check_float(name, xa, 'x')
-    return xa
-
-
 def relu(x):
     """Rectified linear unit, ``y = max(x, 0)`` elementwise.
 
@@ -89,7 +83,7 @@ def relu(x):
     Returns:
         Variable of ``x.shape``. The derivative at 0 is taken as 0.
     """
-    _check_input('relu', x)
+    check_float('relu', x, 'x')
     return ReLU().apply((x,))[0]
 
 
@@ -145,7 +139,7 @@ def leaky_relu(x, slope=0.2):
     Returns:
         Variable of ``x.shape``.
     """
-    _check_input('leaky_relu', x)
+    check_float('leaky_relu', x, 'x')
     if not isinstance(slope, (int, float)):
         raise TypeError('leaky_relu: slope must be a number, got {}'
                         .format(type(slope).__name__))
@@ -174,7 +168,7 @@ def sigmoid(x):
     Returns:
         Variable of ``x.shape`` with values in (0, 1).
     """
-    _check_input('sigmoid', x)
+    check_float('sigmoid', x, 'x')
     return Sigmoid().apply((x,))[0]
 
 
@@ -198,7 +192,7 @@ def tanh(x):
     Returns:
         Variable of ``x.shape`` with values in (-1, 1).
     """
-    _check_input('tanh', x)
+    check_float('tanh', x, 'x')
     return Tanh().apply((x,))[0]
 
 
@@ -228,7 +222,7 @@ class Softmax(FunctionNode):
 
 
 def _softmax_axis(name, x, axis):
-    xa = _check_input(name, x)
+    xa = check_float(name, x, 'x')
     if xa.ndim == 0:
         raise ValueError('{}: input must have at least one axis, got shape {}'
                          .format(name, xa.shape))

@@ -178,15 +178,13 @@ class Convolution2DGradW(FunctionNode):
 
 
 def _check_inputs(func, x, W, b, groups):
-    xa, Wa = check_image(func, x), unwrap(W)
-    check_float(func, Wa, 'W')
+    xa, Wa = check_image(func, x), check_float(func, W, 'W')
     if Wa.ndim != 4:
         raise ValueError('{}: W must be 4-D, got shape {}'
                          .format(func, Wa.shape))
     arrays = [xa, Wa]
     if b is not None:
-        ba = unwrap(b)
-        check_float(func, ba, 'b')
+        ba = check_float(func, b, 'b')
         arrays.append(ba)
     check_same_dtype(func, *arrays)
     if len({backend.get_array_module(a) for a in arrays}) > 1:

@@ -293,8 +293,7 @@ def batch_normalization(x, gamma, beta, eps=2e-5, running_mean=None,
     lay = _layout(name, xa, unwrap(gamma), axis, (('beta', unwrap(beta)),))
     inputs = (x, gamma, beta)
     if residual is not None:
-        ra = unwrap(residual)
-        check_array(name, ra, 'residual')
+        ra = check_array(name, residual, 'residual')
         check_same_dtype(name, xa, ra)
         if ra.shape != xa.shape:
             raise ValueError('{}: residual has shape {} but x has shape {}'
