@@ -54,9 +54,7 @@ def check_binary(func_name, a, b, check=check_array,
     """The checks of a broadcasting binary op on Variables or ndarrays:
     ``check`` on each operand (``check_array`` or ``check_float``), one
     dtype, broadcastable shapes."""
-    a, b = unwrap(a), unwrap(b)
-    check(func_name, a, names[0])
-    check(func_name, b, names[1])
+    a, b = check(func_name, a, names[0]), check(func_name, b, names[1])
     check_same_dtype(func_name, a, b)
     check_broadcastable(func_name, a.shape, b.shape)
 
