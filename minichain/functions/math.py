@@ -109,12 +109,8 @@ class Minimum(FunctionNode):
 
 def _select_grads(indexes, gy, x1, x2, first):
     """Route ``gy`` to x1 where ``first`` holds, else to x2."""
-    result = []
-    for i in indexes:
-        mask = first if i == 0 else ~first
-        x = (x1, x2)[i]
-        result.append(_sum_to(gy * _const(mask, gy.dtype), x.shape))
-    return tuple(result)
+    return tuple(_sum_to(gy * _const(first if i == 0 else ~first, gy.dtype),
+                         (x1, x2)[i].shape) for i in indexes)
 
 
 class Clip(FunctionNode):
