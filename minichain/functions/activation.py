@@ -10,18 +10,11 @@ from minichain import backend
 from minichain.function_node import FunctionNode
 from minichain.functions import math as _math
 from minichain.functions import reduction as _reduction
+from minichain.functions.array import Identity
 from minichain.functions._check import check_float, normalize_axis, unwrap
 
 __all__ = ['identity', 'relu', 'leaky_relu', 'sigmoid', 'tanh', 'softmax',
            'log_softmax']
-
-
-class Identity(FunctionNode):
-    def forward(self, inputs):
-        return inputs
-
-    def backward(self, indexes, grad_outputs):
-        return grad_outputs
 
 
 def identity(*inputs):
