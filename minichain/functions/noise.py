@@ -56,7 +56,7 @@ def dropout(x, ratio=0.5, rng=None):
     Returns:
         Variable of ``x.shape``.
     """
-    xa = check_float('dropout', x, 'x')
+    check_float('dropout', x, 'x')
     if not isinstance(ratio, (int, float)) or not 0.0 <= ratio < 1.0:
         raise ValueError('dropout: ratio must be a number in [0, 1), got {!r}'
                          .format(ratio))
