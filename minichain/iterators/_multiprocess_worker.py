@@ -14,6 +14,7 @@ Warnings raised while reading an example are recorded and sent back, so
 that the iterator's process shows them (with its own filters and format);
 an exception is sent back with its traceback as text.
 """
+import contextlib
 import mmap
 import os
 import pickle
@@ -66,10 +67,9 @@ class Block:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
-        try:
+        # an array still viewing it raises BufferError; it goes with that
+        with contextlib.suppress(BufferError):
             self.map.close()
-        except BufferError:  # an array still views it; it goes with that
-            pass
 
 
 def _shared(x):

@@ -9,6 +9,7 @@ Chainer orders them, with ties broken by the numbers in their names; the
 hidden temporary files of an unfinished write (``.name.pid.tmp``) never
 match.
 """
+import contextlib
 import os
 import re
 import string
@@ -82,10 +83,9 @@ def remove_stale(out, pattern, n_retains, keep):
              if os.path.abspath(p) != os.path.abspath(keep)]
     stale = files[:max(0, len(files) - (n_retains - 1))]
     for path in stale:
-        try:
+        # removed meanwhile: stale all the same
+        with contextlib.suppress(FileNotFoundError):
             os.remove(path)
-        except FileNotFoundError:  # removed meanwhile: stale all the same
-            pass
     return stale
 
 
