@@ -204,9 +204,7 @@ def _merge(arg, default, extra):
         raise TypeError('build_computational_graph: {} must be a dict of DOT '
                         'attributes or None, got {}'.format(
                             arg, type(extra).__name__))
-    merged = dict(default)
-    merged.update(extra)
-    return merged
+    return {**default, **extra}
 
 
 def _variable_label(v, show_name):
