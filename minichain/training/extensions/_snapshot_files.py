@@ -38,11 +38,8 @@ def check_pattern(where, pattern):
 
 
 def _regex(base):
-    parts = []
-    for literal, field, _, _ in string.Formatter().parse(base):
-        parts.append(re.escape(literal))
-        if field is not None:
-            parts.append('[^/]+')
+    parts = [re.escape(literal) + ('' if field is None else '[^/]+')
+             for literal, field, _, _ in string.Formatter().parse(base)]
     return re.compile(''.join(parts) + r'\Z')
 
 
