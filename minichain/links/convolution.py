@@ -2,7 +2,7 @@
 from minichain import functions as F
 from minichain.link import Link
 from minichain.links import _mixed16
-from minichain.links.linear import _add_weight_and_bias
+from minichain.links.linear import _weight_and_bias
 
 __all__ = ['Convolution2D']
 
@@ -53,9 +53,10 @@ class Convolution2D(Link):
         self.in_channels, self.out_channels = in_channels, out_channels
         self.ksize, self.stride, self.pad = _pair(ksize), stride, pad
         self.dilate, self.groups, self.nobias = dilate, groups, nobias
-        _add_weight_and_bias(self, initialW, initial_bias, nobias,
-                             out_channels, None if in_channels is None
-                             else self._w_shape(in_channels))
+        with self.init_scope():
+            self.W, self.b = _weight_and_bias(
+                initialW, initial_bias, nobias, out_channels,
+                None if in_channels is None else self._w_shape(in_channels))
 
     def _w_shape(self, in_channels):
         if in_channels % self.groups:
