@@ -136,9 +136,12 @@ class Link:
         sorted by path; a link reachable twice is yielded once."""
         found = []
         self._collect_links('', found)
-        for path, link in _sorted_once(found):
-            if not (skipself and link is self):
-                yield path or '/', link
+        seen = set()
+        for path, link in sorted(found, key=lambda pair: pair[0]):
+            if id(link) in seen or (skipself and link is self):
+                continue
+            seen.add(id(link))
+            yield path or '/', link
 
     def _collect_links(self, prefix, out):
         out.append((prefix, self))
@@ -154,7 +157,16 @@ class Link:
         """Yield ``(path, param)`` such as ``('/conv1/W', W)``, sorted by
         path. A parameter shared by two links is yielded once, under its
         first path."""
-        for path, param in _sorted_once(self._paths(Link._own_params)):
+        found = []
+        for path, link in self.namedlinks():
+            prefix = '' if path == '/' else path
+            for name, param in link._own_params():
+                found.append((prefix + '/' + name, param))
+        seen = set()
+        for path, param in sorted(found, key=lambda pair: pair[0]):
+            if id(param) in seen:
+                continue
+            seen.add(id(param))
             if include_uninit or param.is_initialized:
                 yield path, param
 
@@ -165,17 +177,12 @@ class Link:
     def namedpersistents(self):
         """Yield ``(path, value)`` such as ``('/bn/avg_mean', array)`` for
         every persistent value, sorted by path."""
-        found = self._paths(lambda link: [(name, getattr(link, name))
-                                          for name in link._persistent])
-        yield from sorted(found, key=lambda pair: pair[0])
-
-    def _paths(self, items):
-        """``(path, value)`` for the ``(name, value)`` pairs that
-        ``items(link)`` gives for every link, such as ``('/conv1/W', W)``."""
+        found = []
         for path, link in self.namedlinks():
             prefix = '' if path == '/' else path
-            for name, value in items(link):
-                yield prefix + '/' + name, value
+            for name in link._persistent:
+                found.append((prefix + '/' + name, getattr(link, name)))
+        yield from sorted(found, key=lambda pair: pair[0])
 
     # -- gradients and parameter values ---------------------------------------
     def cleargrads(self):
@@ -299,16 +306,6 @@ class Link:
         if device.device_id < 0:
             return self.to_cpu()
         return self.to_gpu(device.device_id)
-
-
-def _sorted_once(pairs):
-    """``(path, obj)`` pairs sorted by path; an object reachable twice comes
-    once, under its first path."""
-    seen = set()
-    for path, obj in sorted(pairs, key=lambda pair: pair[0]):
-        if id(obj) not in seen:
-            seen.add(id(obj))
-            yield path, obj
 
 
 class Chain(Link):
