@@ -8,6 +8,7 @@ and ``cupy.cuda.nccl.available`` is False. ``minichain.backend`` asks here
 what is missing, so that its errors name the package to install. The cupy
 module is passed in: only ``backend`` imports it.
 """
+import contextlib
 import os
 
 # CUDA major version -> the wheels that hold what CuPy loads at run time.
@@ -89,16 +90,12 @@ def cuda_headers(cupy=None):
 
 
 def _header_candidates(cupy):
-    try:
+    with contextlib.suppress(Exception):
         from cuda.pathfinder import find_nvidia_header_directory
         yield find_nvidia_header_directory('cudart')
-    except Exception:
-        pass
     roots = []
-    try:
+    with contextlib.suppress(Exception):
         roots.append(cupy.cuda.get_cuda_path())
-    except Exception:
-        pass
     roots += [os.environ.get('CUDA_PATH'), os.environ.get('CUDA_HOME'),
               SYSTEM_CUDA]
     for root in roots:

@@ -60,18 +60,15 @@ def using_config(name, value):
     The previous value comes back on exit, also when the block raises; an
     entry that did not exist before is removed again.
     """
-    if name in config.__dict__:
-        old = getattr(config, name)
-        setattr(config, name, value)
-        try:
-            yield
-        finally:
+    existed = name in config.__dict__
+    old = config.__dict__.get(name)
+    setattr(config, name, value)
+    try:
+        yield
+    finally:
+        if existed:
             setattr(config, name, old)
-    else:
-        setattr(config, name, value)
-        try:
-            yield
-        finally:
+        else:
             delattr(config, name)
 
 

@@ -196,8 +196,6 @@ def rank_device_id(intra_rank, intra_size, visible):
         raise RuntimeError(
             'get_rank_device: no GPU visible to local rank {} '
             '(CUDA_VISIBLE_DEVICES={})'.format(intra_rank, _visible_env()))
-    if visible == 1:
-        return 0
     return intra_rank % visible
 
 

@@ -65,11 +65,7 @@ def _float64_copies(ys):
 
 
 def _as_tuple(x):
-    if isinstance(x, tuple):
-        return x
-    if isinstance(x, list):
-        return tuple(x)
-    return (x,)
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
 def _arrays(outputs):

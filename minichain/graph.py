@@ -25,9 +25,9 @@ Example::
 import os
 import shutil
 import subprocess
-import tempfile
 import warnings
 
+from minichain.serializers.npz import atomic_write
 from minichain.variable import Variable, VariableNode
 
 __all__ = ['ComputationalGraph', 'build_computational_graph', 'render']
@@ -204,9 +204,7 @@ def _merge(arg, default, extra):
         raise TypeError('build_computational_graph: {} must be a dict of DOT '
                         'attributes or None, got {}'.format(
                             arg, type(extra).__name__))
-    merged = dict(default)
-    merged.update(extra)
-    return merged
+    return {**default, **extra}
 
 
 def _variable_label(v, show_name):
@@ -255,7 +253,8 @@ def render(graph, path, timeout=60):
     if png == path:
         raise ValueError('render: path {!r} ends in .png; give the DOT file '
                          'path (e.g. graph.dot)'.format(path))
-    _write_atomic(path, graph.dump().encode('utf-8'))
+    with atomic_write(path) as f:
+        f.write(graph.dump().encode('utf-8'))
     dot = shutil.which('dot')
     if dot is None:
         warnings.warn('render: Graphviz `dot` is not on PATH, so only {} was '
@@ -273,19 +272,6 @@ def render(graph, path, timeout=60):
         raise RuntimeError('render: dot failed on {} (exit {}): {}'.format(
             path, proc.returncode,
             proc.stderr.decode('utf-8', 'replace').strip()))
-    _write_atomic(png, proc.stdout)
+    with atomic_write(png) as f:
+        f.write(proc.stdout)
     return [path, png]
-
-
-def _write_atomic(path, data):
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix='.tmp-',
-                               suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, 'wb') as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

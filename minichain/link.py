@@ -129,8 +129,7 @@ class Link:
 
     def children(self):
         """Yield the direct child links in registration order."""
-        for _, child in self._named_children():
-            yield child
+        yield from (child for _, child in self._named_children())
 
     def namedlinks(self, skipself=False):
         """Yield ``(path, link)`` for this link ('/') and every descendant,
@@ -152,8 +151,7 @@ class Link:
     def links(self, skipself=False):
         """Yield this link (unless ``skipself``) and all descendants, in
         ``namedlinks`` order."""
-        for _, link in self.namedlinks(skipself):
-            yield link
+        yield from (link for _, link in self.namedlinks(skipself))
 
     def namedparams(self, include_uninit=True):
         """Yield ``(path, param)`` such as ``('/conv1/W', W)``, sorted by
@@ -174,8 +172,7 @@ class Link:
 
     def params(self, include_uninit=True):
         """Yield every parameter, in ``namedparams`` order."""
-        for _, param in self.namedparams(include_uninit):
-            yield param
+        yield from (param for _, param in self.namedparams(include_uninit))
 
     def namedpersistents(self):
         """Yield ``(path, value)`` such as ``('/bn/avg_mean', array)`` for

@@ -1,5 +1,6 @@
 """Chainer's ``chainer.utils``: the helpers that Chainer and ChainerMN
 programs call (``experimental``, ``size_of_shape``, ``force_array``)."""
+import math
 import warnings
 
 import numpy
@@ -20,10 +21,7 @@ def experimental(api_name):
 
 def size_of_shape(shape):
     """The number of elements of an array of ``shape`` (1 for ``()``)."""
-    size = 1
-    for n in shape:
-        size *= int(n)
-    return size
+    return math.prod(int(n) for n in shape)
 
 
 def force_array(x, dtype=None):

@@ -29,6 +29,13 @@ def _array_attribute(name):
     return property(get, doc='``{}`` of the data array.'.format(name))
 
 
+def _node_attribute(name, doc):
+    """A property reading and writing the VariableNode's attribute."""
+    return property(lambda self: getattr(self._node, name),
+                    lambda self, value: setattr(self._node, name, value),
+                    doc=doc)
+
+
 class Variable:
     """An array with a gradient and a link to the function that made it.
 
@@ -124,23 +131,11 @@ class Variable:
     generation = property(lambda self: self._node.generation,
                           doc='``creator.generation + 1``; 0 for a leaf.')
 
-    @property
-    def requires_grad(self):
-        """Whether backward computes a gradient for this variable."""
-        return self._node.requires_grad
-
-    @requires_grad.setter
-    def requires_grad(self, value):
-        self._node.requires_grad = value
-
-    @property
-    def name(self):
-        """Optional name shown in ``repr``, error messages and graphs."""
-        return self._node.name
-
-    @name.setter
-    def name(self, value):
-        self._node.name = value
+    requires_grad = _node_attribute(
+        'requires_grad', 'Whether backward computes a gradient for this '
+        'variable.')
+    name = _node_attribute(
+        'name', 'Optional name shown in ``repr``, error messages and graphs.')
 
     # -- array-like attributes ------------------------------------------------
     shape = _array_attribute('shape')

@@ -53,9 +53,7 @@ def _stack(arrays, padding, where):
 
 
 def _per_field(padding, key):
-    if isinstance(padding, (tuple, list, dict)):
-        return padding[key]
-    return padding
+    return padding[key] if isinstance(padding, (tuple, list, dict)) else padding
 
 
 def concat_examples(batch, device=None, padding=None):
@@ -89,15 +87,12 @@ def concat_examples(batch, device=None, padding=None):
                 'minichain.dataset.drop_none'.format(i))
     first = batch[0]
     if isinstance(first, tuple):
-        out = []
-        for j in range(len(first)):
-            if any(len(ex) != len(first) for ex in batch):
-                raise ValueError('concat_examples: examples are tuples of '
-                                 'different lengths')
-            out.append(to_device(device, _stack(
-                [ex[j] for ex in batch], _per_field(padding, j),
-                'field {} of the examples'.format(j))))
-        return tuple(out)
+        if any(len(ex) != len(first) for ex in batch):
+            raise ValueError('concat_examples: examples are tuples of '
+                             'different lengths')
+        return tuple(to_device(device, _stack(
+            [ex[j] for ex in batch], _per_field(padding, j),
+            'field {} of the examples'.format(j))) for j in range(len(first)))
     if isinstance(first, dict):
         return {key: to_device(device, _stack(
             [ex[key] for ex in batch], _per_field(padding, key),

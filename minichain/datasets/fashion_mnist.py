@@ -19,13 +19,10 @@ DEBIAN_DIR = '/usr/share/datasets/fashion-mnist'
 def _search_dirs(data_dir):
     if data_dir is not None:
         return [os.fspath(data_dir)]
-    dirs = []
     root = os.environ.get(ENV_VAR)
-    if root:
-        # The subfolder first: MNIST and Fashion-MNIST share file names.
-        dirs += [os.path.join(root, 'fashion-mnist'), root]
-    dirs.append(DEBIAN_DIR)
-    return dirs
+    # The subfolder first: MNIST and Fashion-MNIST share file names.
+    dirs = [os.path.join(root, 'fashion-mnist'), root] if root else []
+    return dirs + [DEBIAN_DIR]
 
 
 def get_fashion_mnist(withlabel=True, ndim=1, scale=1.0, dtype=None,

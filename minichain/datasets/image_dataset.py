@@ -150,10 +150,7 @@ class LabeledImageDataset(DatasetMixin):
                 self.skipped.append(full)
                 warnings.warn(message + '; skipped')
             return None
-        if image.ndim == 2:
-            image = image[None]
-        else:
-            image = image.transpose(2, 0, 1)
+        image = image[None] if image.ndim == 2 else image.transpose(2, 0, 1)
         return image, numpy.array(label, dtype=self._label_dtype)
 
 

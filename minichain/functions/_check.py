@@ -9,21 +9,25 @@ from minichain import backend
 
 
 def check_array(func_name, x, what='input'):
-    """Raise TypeError unless ``x`` is an ndarray with a numeric dtype."""
+    """The array of ``x`` (a Variable or ndarray); TypeError unless it is
+    an ndarray with a numeric dtype."""
+    x = unwrap(x)
     if not backend.is_array(x):
         raise TypeError('{}: {} must be a Variable or ndarray, got {}'
                         .format(func_name, what, type(x).__name__))
     if x.dtype.kind not in 'biufc' and not backend.is_float(x.dtype):
         raise TypeError('{}: {} has unsupported dtype {}'
                         .format(func_name, what, x.dtype))
+    return x
 
 
 def check_float(func_name, x, what='input'):
-    """Raise TypeError unless ``x`` is a floating-point ndarray."""
-    check_array(func_name, x, what)
+    """The array of ``x``; TypeError unless it is floating point."""
+    x = check_array(func_name, x, what)
     if not backend.is_float(x.dtype):
         raise TypeError('{}: {} must be floating point, got dtype {}'
                         .format(func_name, what, x.dtype))
+    return x
 
 
 def check_same_dtype(func_name, *arrays):
@@ -50,9 +54,7 @@ def check_binary(func_name, a, b, check=check_array,
     """The checks of a broadcasting binary op on Variables or ndarrays:
     ``check`` on each operand (``check_array`` or ``check_float``), one
     dtype, broadcastable shapes."""
-    a, b = unwrap(a), unwrap(b)
-    check(func_name, a, names[0])
-    check(func_name, b, names[1])
+    a, b = check(func_name, a, names[0]), check(func_name, b, names[1])
     check_same_dtype(func_name, a, b)
     check_broadcastable(func_name, a.shape, b.shape)
 
@@ -87,6 +89,24 @@ def normalize_axis(func_name, axis, ndim):
     if len(set(out)) != len(out):
         raise ValueError('{}: repeated axis in {}'.format(func_name, axis))
     return tuple(sorted(out))
+
+
+def check_pair(func_name, name, v, minimum):
+    """An int or a pair of ints, each >= minimum, as a tuple of two ints."""
+    pair = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+    if len(pair) != 2 or any(int(p) != p or p < minimum for p in pair):
+        raise ValueError('{}: {} must be an int or a pair of ints >= {}, '
+                         'got {!r}'.format(func_name, name, minimum, v))
+    return tuple(int(p) for p in pair)
+
+
+def check_image(func_name, x):
+    """The array of ``x``, checked to be a float (N, C, H, W) batch."""
+    xa = check_float(func_name, x, 'x')
+    if xa.ndim != 4:
+        raise ValueError('{}: x must be 4-D (N, C, H, W), got shape {}'
+                         .format(func_name, xa.shape))
+    return xa
 
 
 def unwrap(x):

@@ -10,18 +10,11 @@ from minichain import backend
 from minichain.function_node import FunctionNode
 from minichain.functions import math as _math
 from minichain.functions import reduction as _reduction
+from minichain.functions.array import Identity
 from minichain.functions._check import check_float, normalize_axis, unwrap
 
 __all__ = ['identity', 'relu', 'leaky_relu', 'sigmoid', 'tanh', 'softmax',
            'log_softmax']
-
-
-class Identity(FunctionNode):
-    def forward(self, inputs):
-        return inputs
-
-    def backward(self, indexes, grad_outputs):
-        return grad_outputs
 
 
 def identity(*inputs):
@@ -75,12 +68,6 @@ class ReLUGrad(FunctionNode):
                      for i in indexes)
 
 
-def _check_input(name, x):
-    xa = unwrap(x)
-    check_float(name, xa, 'x')
-    return xa
-
-
 def relu(x):
     """Rectified linear unit, ``y = max(x, 0)`` elementwise.
 
@@ -89,7 +76,7 @@ def relu(x):
     Returns:
         Variable of ``x.shape``. The derivative at 0 is taken as 0.
     """
-    _check_input('relu', x)
+    check_float('relu', x, 'x')
     return ReLU().apply((x,))[0]
 
 
@@ -145,7 +132,7 @@ def leaky_relu(x, slope=0.2):
     Returns:
         Variable of ``x.shape``.
     """
-    _check_input('leaky_relu', x)
+    check_float('leaky_relu', x, 'x')
     if not isinstance(slope, (int, float)):
         raise TypeError('leaky_relu: slope must be a number, got {}'
                         .format(type(slope).__name__))
@@ -174,7 +161,7 @@ def sigmoid(x):
     Returns:
         Variable of ``x.shape`` with values in (0, 1).
     """
-    _check_input('sigmoid', x)
+    check_float('sigmoid', x, 'x')
     return Sigmoid().apply((x,))[0]
 
 
@@ -198,7 +185,7 @@ def tanh(x):
     Returns:
         Variable of ``x.shape`` with values in (-1, 1).
     """
-    _check_input('tanh', x)
+    check_float('tanh', x, 'x')
     return Tanh().apply((x,))[0]
 
 
@@ -228,7 +215,7 @@ class Softmax(FunctionNode):
 
 
 def _softmax_axis(name, x, axis):
-    xa = _check_input(name, x)
+    xa = check_float(name, x, 'x')
     if xa.ndim == 0:
         raise ValueError('{}: input must have at least one axis, got shape {}'
                          .format(name, xa.shape))

@@ -63,8 +63,7 @@ def broadcast_to(x, shape):
     Returns:
         Variable of shape ``shape``.
     """
-    xa = unwrap(x)
-    check_array('broadcast_to', xa, 'x')
+    xa = check_array('broadcast_to', x, 'x')
     shape = tuple(shape)
     try:
         numpy.broadcast_shapes(xa.shape, shape)
@@ -84,8 +83,7 @@ def sum_to(x, shape):
 
     ``shape`` must broadcast to ``x.shape`` (this is broadcast_to's inverse).
     """
-    xa = unwrap(x)
-    check_array('sum_to', xa, 'x')
+    xa = check_array('sum_to', x, 'x')
     shape = tuple(shape)
     lead = xa.ndim - len(shape)
     if lead < 0 or any(s not in (1, xs)
@@ -112,8 +110,7 @@ class Reshape(FunctionNode):
 
 def reshape(x, shape):
     """Reshape ``x`` to ``shape`` (one entry may be -1); sizes must match."""
-    xa = unwrap(x)
-    check_array('reshape', xa, 'x')
+    xa = check_array('reshape', x, 'x')
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
     known = int(numpy.prod([s for s in shape if s != -1]))
     if (shape.count(-1) > 1
@@ -144,8 +141,7 @@ def transpose(x, axes=None):
 
     Returns a Variable of shape ``tuple(x.shape[a] for a in axes)``.
     """
-    xa = unwrap(x)
-    check_array('transpose', xa, 'x')
+    xa = check_array('transpose', x, 'x')
     if axes is not None:
         given = tuple(axes)
         # Range-check before wrapping: axis 3 of a 2-D array is an error,
@@ -176,8 +172,7 @@ class ExpandDims(FunctionNode):
 
 def expand_dims(x, axis):
     """Insert an axis of length 1 at ``axis`` (output has ndim + 1 axes)."""
-    xa = unwrap(x)
-    check_array('expand_dims', xa, 'x')
+    xa = check_array('expand_dims', x, 'x')
     check_int_axis('expand_dims', axis)
     if not -xa.ndim - 1 <= axis <= xa.ndim:
         raise ValueError('expand_dims: axis {} is out of range for shape {}'
@@ -225,8 +220,7 @@ def get_item(x, slices):
     Returns:
         Variable of the indexed shape.
     """
-    xa = unwrap(x)
-    check_array('get_item', xa, 'x')
+    xa = check_array('get_item', x, 'x')
     xp = backend.get_array_module(xa)
 
     def as_index(s):
@@ -278,7 +272,7 @@ def flatten(x):
     Returns:
         Variable of shape ``(x.size,)``.
     """
-    check_array('flatten', unwrap(x), 'x')
+    check_array('flatten', x, 'x')
     return Flatten().apply((x,))[0]
 
 
@@ -305,8 +299,7 @@ def squeeze(x, axis=None):
     Returns:
         Variable of ``x``'s shape without the removed axes.
     """
-    xa = unwrap(x)
-    check_array('squeeze', xa, 'x')
+    xa = check_array('squeeze', x, 'x')
     axis = normalize_axis('squeeze', axis, xa.ndim)
     if axis is None:
         axis = tuple(i for i, s in enumerate(xa.shape) if s == 1)
@@ -344,8 +337,7 @@ def cast(x, dtype):
     Returns:
         Variable of ``x``'s shape in ``dtype``.
     """
-    xa = unwrap(x)
-    check_float('cast', xa, 'x')
+    xa = check_float('cast', x, 'x')
     dtype = numpy.dtype(dtype)
     if not backend.is_float(dtype):
         raise TypeError('cast: dtype must be floating point, got {}'.format(

@@ -65,13 +65,8 @@ class Div(FunctionNode):
         a, b = self.get_retained_inputs()
         gy, = grad_outputs
         ga = gy / b
-        result = []
-        for i in indexes:
-            if i == 0:
-                result.append(_sum_to(ga, a.shape))
-            else:
-                result.append(_sum_to(-ga * a / b, b.shape))
-        return tuple(result)
+        return tuple(_sum_to(ga, a.shape) if i == 0 else
+                     _sum_to(-ga * a / b, b.shape) for i in indexes)
 
 
 class Neg(FunctionNode):
@@ -92,13 +87,8 @@ class Pow(FunctionNode):
         from minichain.functions.math import log
         a, b = self.get_retained_inputs()
         gy, = grad_outputs
-        result = []
-        for i in indexes:
-            if i == 0:
-                result.append(_sum_to(gy * b * a ** (b - 1), a.shape))
-            else:
-                result.append(_sum_to(gy * a ** b * log(a), b.shape))
-        return tuple(result)
+        return tuple(_sum_to(gy * b * a ** (b - 1), a.shape) if i == 0 else
+                     _sum_to(gy * a ** b * log(a), b.shape) for i in indexes)
 
 
 class PowConst(FunctionNode):
@@ -193,7 +183,7 @@ def div(a, b):
 
 def neg(x):
     """Elementwise ``-x``; output shape equals ``x.shape``."""
-    check_array('neg', getattr(x, 'array', x), 'x')
+    check_array('neg', x, 'x')
     return Neg().apply((x,))[0]
 
 
@@ -206,7 +196,7 @@ def pow(a, b):
     Output shape: the broadcast shape.
     """
     if _is_scalar(b):
-        check_array('pow', getattr(a, 'array', a), 'base')
+        check_array('pow', a, 'base')
         return PowConst(b.item() if isinstance(b, numpy.generic) else b
                         ).apply((a,))[0]
     check_binary('pow', a, b)
@@ -223,10 +213,7 @@ def matmul(a, b):
     Raises:
         ValueError naming both shapes when the inner dimensions differ.
     """
-    a_arr = a.array if isinstance(a, Variable) else a
-    b_arr = b.array if isinstance(b, Variable) else b
-    check_array('matmul', a_arr, 'a')
-    check_array('matmul', b_arr, 'b')
+    a_arr, b_arr = check_array('matmul', a, 'a'), check_array('matmul', b, 'b')
     if a_arr.ndim == 0 or b_arr.ndim == 0:
         raise ValueError('matmul: operands must have at least one axis, got '
                          'shapes {} and {}'.format(a_arr.shape, b_arr.shape))
@@ -285,17 +272,13 @@ def _operand(other, like, name):
     return cast
 
 
-def _lhs(op):
+def _operator(op, reflected=False):
+    """``self <op> other`` as a method (``other <op> self`` if reflected)."""
     def method(self, other):
         other = _operand(other, self, op.__name__)
-        return other if other is NotImplemented else op(self, other)
-    return method
-
-
-def _rhs(op):
-    def method(self, other):
-        other = _operand(other, self, op.__name__)
-        return other if other is NotImplemented else op(other, self)
+        if other is NotImplemented:
+            return other
+        return op(other, self) if reflected else op(self, other)
     return method
 
 
@@ -309,18 +292,18 @@ def _pow_method(self, other):
 def install_variable_operators():
     """Give Variable its arithmetic operators (called once at import)."""
     from minichain.functions.array import get_item, transpose, reshape
-    Variable.__add__ = _lhs(add)
-    Variable.__radd__ = _rhs(add)
-    Variable.__sub__ = _lhs(sub)
-    Variable.__rsub__ = _rhs(sub)
-    Variable.__mul__ = _lhs(mul)
-    Variable.__rmul__ = _rhs(mul)
-    Variable.__truediv__ = _lhs(div)
-    Variable.__rtruediv__ = _rhs(div)
+    Variable.__add__ = _operator(add)
+    Variable.__radd__ = _operator(add, reflected=True)
+    Variable.__sub__ = _operator(sub)
+    Variable.__rsub__ = _operator(sub, reflected=True)
+    Variable.__mul__ = _operator(mul)
+    Variable.__rmul__ = _operator(mul, reflected=True)
+    Variable.__truediv__ = _operator(div)
+    Variable.__rtruediv__ = _operator(div, reflected=True)
     Variable.__pow__ = _pow_method
-    Variable.__rpow__ = _rhs(pow)
-    Variable.__matmul__ = _lhs(matmul)
-    Variable.__rmatmul__ = _rhs(matmul)
+    Variable.__rpow__ = _operator(pow, reflected=True)
+    Variable.__matmul__ = _operator(matmul)
+    Variable.__rmatmul__ = _operator(matmul, reflected=True)
     Variable.__neg__ = neg
     Variable.__pos__ = lambda self: self
     Variable.__getitem__ = get_item

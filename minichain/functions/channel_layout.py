@@ -6,6 +6,8 @@ multi-node version all describe ``x`` by one Layout.
 """
 import numpy
 
+from minichain.utils import size_of_shape
+
 
 class Layout:
     """Where the channels of ``x`` are, given the reduced ``axes``.
@@ -25,19 +27,12 @@ class Layout:
         kept = [i for i in range(len(shape)) if i not in axes]
         self.cshape = tuple(shape[i] for i in kept)
         self.bshape = tuple(1 if i in axes else s for i, s in enumerate(shape))
-        csize = _prod(self.cshape)
-        self.m = _prod(shape) // csize if csize else 0
+        csize = size_of_shape(self.cshape)
+        self.m = size_of_shape(shape) // csize if csize else 0
         self.view = None
         if kept and kept == list(range(kept[0], kept[-1] + 1)):
-            self.view = (_prod(shape[:kept[0]]), csize,
-                         _prod(shape[kept[-1] + 1:]))
-
-
-def _prod(xs):
-    p = 1
-    for s in xs:
-        p *= int(s)
-    return p
+            self.view = (size_of_shape(shape[:kept[0]]), csize,
+                         size_of_shape(shape[kept[-1] + 1:]))
 
 
 def acc_dtype(dtype):

@@ -11,18 +11,10 @@ for these nodes (``minichain/kernels``).
 from minichain import backend
 from minichain.function_node import FunctionNode
 from minichain.functions import geometry
-from minichain.functions._check import check_float, check_same_dtype, unwrap
+from minichain.functions._check import (check_float, check_image,
+                                        check_pair, check_same_dtype, unwrap)
 
 __all__ = ['convolution_2d', 'deconvolution_2d', 'im2col']
-
-
-def _pair(func, name, v, minimum):
-    """An int or a pair of ints, each >= minimum, as a tuple of two ints."""
-    pair = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
-    if len(pair) != 2 or any(int(p) != p or p < minimum for p in pair):
-        raise ValueError('{}: {} must be an int or a pair of ints >= {}, '
-                         'got {!r}'.format(func, name, minimum, v))
-    return tuple(int(p) for p in pair)
 
 
 def _geometry_of(k, stride, pad, dilate, in_size, out_size):
@@ -44,14 +36,7 @@ def _columns(x, g):
 def _add_columns(col, g):
     """col2im, the adjoint of :func:`_columns`: (N, C, kh, kw, oh, ow)
     columns summed back into the pixels they read, (N, C, h, w)."""
-    xp = backend.get_array_module(col)
-    out = geometry.padded(xp.zeros(col.shape[:2] + (g.h, g.w), col.dtype),
-                           g)
-    for ky in range(g.kh):
-        for kx in range(g.kw):
-            win = geometry.window(out, g, ky, kx)
-            win += col[:, :, ky, kx]
-    return xp.ascontiguousarray(geometry.crop(out, g))
+    return geometry.spread(lambda ky, kx: col[:, :, ky, kx], g, col)
 
 
 def _bias_sum(gy):
@@ -193,19 +178,13 @@ class Convolution2DGradW(FunctionNode):
 
 
 def _check_inputs(func, x, W, b, groups):
-    xa, Wa = unwrap(x), unwrap(W)
-    check_float(func, xa, 'x')
-    check_float(func, Wa, 'W')
-    if xa.ndim != 4:
-        raise ValueError('{}: x must be 4-D (N, C, H, W), got shape {}'
-                         .format(func, xa.shape))
+    xa, Wa = check_image(func, x), check_float(func, W, 'W')
     if Wa.ndim != 4:
         raise ValueError('{}: W must be 4-D, got shape {}'
                          .format(func, Wa.shape))
     arrays = [xa, Wa]
     if b is not None:
-        ba = unwrap(b)
-        check_float(func, ba, 'b')
+        ba = check_float(func, b, 'b')
         arrays.append(ba)
     check_same_dtype(func, *arrays)
     if len({backend.get_array_module(a) for a in arrays}) > 1:
@@ -254,9 +233,9 @@ def convolution_2d(x, W, b=None, stride=1, pad=0, cover_all=False, dilate=1,
     """
     func = 'convolution_2d'
     xa, Wa = _check_inputs(func, x, W, b, groups)
-    stride = _pair(func, 'stride', stride, 1)
-    pad = _pair(func, 'pad', pad, 0)
-    dilate = _pair(func, 'dilate', dilate, 1)
+    stride = check_pair(func, 'stride', stride, 1)
+    pad = check_pair(func, 'pad', pad, 0)
+    dilate = check_pair(func, 'dilate', dilate, 1)
     n, c, h, w = xa.shape
     o, cg, kh, kw = Wa.shape
     if c % groups or o % groups:
@@ -308,9 +287,9 @@ def deconvolution_2d(x, W, b=None, stride=1, pad=0, outsize=None, dilate=1,
     """
     func = 'deconvolution_2d'
     xa, Wa = _check_inputs(func, x, W, b, groups)
-    stride = _pair(func, 'stride', stride, 1)
-    pad = _pair(func, 'pad', pad, 0)
-    dilate = _pair(func, 'dilate', dilate, 1)
+    stride = check_pair(func, 'stride', stride, 1)
+    pad = check_pair(func, 'pad', pad, 0)
+    dilate = check_pair(func, 'dilate', dilate, 1)
     n, c, h, w = xa.shape
     ci, cog, kh, kw = Wa.shape
     if ci != c:
@@ -326,7 +305,7 @@ def deconvolution_2d(x, W, b=None, stride=1, pad=0, outsize=None, dilate=1,
         outsize = tuple(geometry.deconv_outsize(xa.shape[2 + a], k[a],
                                                  stride[a], pad[a], False,
                                                  dilate[a]) for a in (0, 1))
-    outsize = _pair(func, 'outsize', outsize, 1)
+    outsize = check_pair(func, 'outsize', outsize, 1)
     fits = [all(geometry.conv_outsize(outsize[a], k[a], stride[a], pad[a],
                                        cover, dilate[a]) == xa.shape[2 + a]
                 for a in (0, 1)) for cover in (False, True)]
@@ -387,15 +366,11 @@ def im2col(x, ksize, stride=1, pad=0, cover_all=False, dilate=1):
         then kernel row, then kernel column).
     """
     func = 'im2col'
-    xa = unwrap(x)
-    check_float(func, xa, 'x')
-    if xa.ndim != 4:
-        raise ValueError('{}: x must be 4-D (N, C, H, W), got shape {}'
-                         .format(func, xa.shape))
-    k = _pair(func, 'ksize', ksize, 1)
-    stride = _pair(func, 'stride', stride, 1)
-    pad = _pair(func, 'pad', pad, 0)
-    dilate = _pair(func, 'dilate', dilate, 1)
+    xa = check_image(func, x)
+    k = check_pair(func, 'ksize', ksize, 1)
+    stride = check_pair(func, 'stride', stride, 1)
+    pad = check_pair(func, 'pad', pad, 0)
+    dilate = check_pair(func, 'dilate', dilate, 1)
     out = tuple(geometry.conv_outsize(xa.shape[2 + a], k[a], stride[a],
                                        pad[a], cover_all, dilate[a])
                 for a in (0, 1))

@@ -75,8 +75,7 @@ def embed_id(x, W, ignore_label=None):
     Returns:
         Variable of shape ``x.shape + (n_units,)``.
     """
-    xa, Wa = unwrap(x), unwrap(W)
-    check_float('embed_id', Wa, 'W')
+    xa, Wa = unwrap(x), check_float('embed_id', W, 'W')
     if xa.dtype.kind not in 'iu':
         raise TypeError('embed_id: x must hold integer ids, got dtype {}'
                         .format(xa.dtype))

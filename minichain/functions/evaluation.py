@@ -45,8 +45,7 @@ def accuracy(y, t, ignore_label=None):
         it records no graph.
     """
     name = 'accuracy'
-    ya, ta = unwrap(y), unwrap(t)
-    check_array(name, ya, 'y')
+    ya, ta = check_array(name, y, 'y'), unwrap(t)
     if not backend.is_array(ta) or ta.dtype.kind not in 'iu':
         raise TypeError('{}: t must be an integer array, got {}'.format(
             name, getattr(ta, 'dtype', type(ta).__name__)))

@@ -91,3 +91,16 @@ def window(a, g, ky, kx):
 def crop(a, g):
     """The input's pixels out of a :func:`padded`-shaped array."""
     return a[..., g.ph:g.ph + g.h, g.pw:g.pw + g.w]
+
+
+def spread(parts, g, like):
+    """The adjoint of reading windows: ``parts(ky, kx)`` (N, C, oh, ow)
+    added into the pixels that offset (ky, kx) read; a fresh (N, C, h, w)
+    array of ``like``'s dtype and device."""
+    xp = backend.get_array_module(like)
+    acc = padded(xp.zeros(like.shape[:2] + (g.h, g.w), like.dtype), g)
+    for ky in range(g.kh):
+        for kx in range(g.kw):
+            win = window(acc, g, ky, kx)
+            win += parts(ky, kx)
+    return xp.ascontiguousarray(crop(acc, g))

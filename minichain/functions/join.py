@@ -9,8 +9,7 @@ from minichain import backend
 from minichain.function_node import FunctionNode
 from minichain.variable import Variable
 from minichain.functions._check import (check_array, check_axis,
-                                        check_int_axis, check_same_dtype,
-                                        unwrap)
+                                        check_int_axis, check_same_dtype)
 from minichain.functions.array import reshape
 
 __all__ = ['concat', 'stack', 'split_axis']
@@ -35,9 +34,8 @@ def _check_join(func_name, xs):
     if not isinstance(xs, (list, tuple)) or not xs:
         raise TypeError('{}: xs must be a non-empty list or tuple of '
                         'Variables or arrays, got {!r}'.format(func_name, xs))
-    arrays = [unwrap(x) for x in xs]
-    for i, a in enumerate(arrays):
-        check_array(func_name, a, 'xs[{}]'.format(i))
+    arrays = [check_array(func_name, x, 'xs[{}]'.format(i))
+              for i, x in enumerate(xs)]
     check_same_dtype(func_name, *arrays)
     return arrays
 
@@ -139,8 +137,7 @@ def split_axis(x, indices_or_sections, axis):
         tuple of Variables (one FunctionNode with several outputs); their
         ``axis`` lengths add up to ``x.shape[axis]``.
     """
-    xa = unwrap(x)
-    check_array('split_axis', xa, 'x')
+    xa = check_array('split_axis', x, 'x')
     if xa.ndim == 0:
         raise ValueError('split_axis: x must have at least one axis, got '
                          'shape ()')

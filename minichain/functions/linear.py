@@ -5,7 +5,7 @@ from minichain.function_node import FunctionNode
 from minichain.functions import array as _array
 from minichain.functions import basic_math as _basic_math
 from minichain.functions import reduction as _reduction
-from minichain.functions._check import check_float, check_same_dtype, unwrap
+from minichain.functions._check import check_float, check_same_dtype
 
 __all__ = ['linear']
 
@@ -53,9 +53,7 @@ def linear(x, W, b=None, n_batch_axes=1):
         Variable of shape ``x.shape[:n_batch_axes] + (out_size,)``.
     """
     name = 'linear'
-    xa, Wa = unwrap(x), unwrap(W)
-    check_float(name, xa, 'x')
-    check_float(name, Wa, 'W')
+    xa, Wa = check_float(name, x, 'x'), check_float(name, W, 'W')
     if not isinstance(n_batch_axes, int) or n_batch_axes < 1:
         raise ValueError('{}: n_batch_axes must be a positive int, got {!r}'
                          .format(name, n_batch_axes))
@@ -74,8 +72,7 @@ def linear(x, W, b=None, n_batch_axes=1):
     inputs = (x, W)
     arrays = (xa, Wa)
     if b is not None:
-        ba = unwrap(b)
-        check_float(name, ba, 'b')
+        ba = check_float(name, b, 'b')
         if ba.shape != (Wa.shape[0],):
             raise ValueError('{}: b must have shape ({},) to match W of shape '
                              '{}, got {}'.format(name, Wa.shape[0], Wa.shape,

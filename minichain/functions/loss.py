@@ -142,8 +142,7 @@ def softmax_cross_entropy(x, t, ignore_label=-1, reduce='mean'):
             the GPU gives an undefined loss and gradient.
     """
     name = 'softmax_cross_entropy'
-    xa, ta = unwrap(x), unwrap(t)
-    check_float(name, xa, 'x')
+    xa, ta = check_float(name, x, 'x'), unwrap(t)
     if not backend.is_array(ta) or ta.dtype.kind not in 'iu':
         raise TypeError('{}: t must be an integer array, got {}'.format(
             name, getattr(ta, 'dtype', type(ta).__name__)))
@@ -212,9 +211,7 @@ def mean_squared_error(x0, x1):
 def _check_pair(name, x0, x1):
     """Raise unless ``x0`` and ``x1`` are float arrays of one shape and
     dtype; returns ``x0``'s array."""
-    a, b = unwrap(x0), unwrap(x1)
-    check_float(name, a, 'x0')
-    check_float(name, b, 'x1')
+    a, b = check_float(name, x0, 'x0'), check_float(name, x1, 'x1')
     check_same_dtype(name, a, b)
     if a.shape != b.shape:
         raise ValueError('{}: x0 and x1 must have one shape, got {} and {}'

@@ -11,7 +11,7 @@ from minichain import backend
 from minichain.function_node import FunctionNode
 from minichain.variable import Variable
 from minichain.functions import array as _array
-from minichain.functions._check import check_binary, check_float, unwrap
+from minichain.functions._check import check_binary, check_float
 
 __all__ = ['exp', 'log', 'sqrt', 'square', 'absolute', 'maximum', 'minimum',
            'clip']
@@ -109,12 +109,8 @@ class Minimum(FunctionNode):
 
 def _select_grads(indexes, gy, x1, x2, first):
     """Route ``gy`` to x1 where ``first`` holds, else to x2."""
-    result = []
-    for i in indexes:
-        mask = first if i == 0 else ~first
-        x = (x1, x2)[i]
-        result.append(_sum_to(gy * _const(mask, gy.dtype), x.shape))
-    return tuple(result)
+    return tuple(_sum_to(gy * _const(first if i == 0 else ~first, gy.dtype),
+                         (x1, x2)[i].shape) for i in indexes)
 
 
 class Clip(FunctionNode):
@@ -140,7 +136,7 @@ class Clip(FunctionNode):
 
 
 def _unary(name, cls, x):
-    check_float(name, unwrap(x), 'x')
+    check_float(name, x, 'x')
     return cls().apply((x,))[0]
 
 
@@ -240,7 +236,7 @@ def clip(x, x_min, x_max):
     Raises:
         ValueError when both bounds are None or ``x_min > x_max``.
     """
-    check_float('clip', unwrap(x), 'x')
+    check_float('clip', x, 'x')
     for name, bound in (('x_min', x_min), ('x_max', x_max)):
         if bound is not None and not isinstance(bound, (int, float,
                                                         numpy.number)):

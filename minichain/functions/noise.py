@@ -4,7 +4,7 @@ import numpy
 from minichain import backend
 from minichain.configuration import config
 from minichain.function_node import FunctionNode
-from minichain.functions._check import check_float, unwrap
+from minichain.functions._check import check_float
 from minichain.variable import as_variable
 
 __all__ = ['dropout']
@@ -56,8 +56,7 @@ def dropout(x, ratio=0.5, rng=None):
     Returns:
         Variable of ``x.shape``.
     """
-    xa = unwrap(x)
-    check_float('dropout', xa, 'x')
+    check_float('dropout', x, 'x')
     if not isinstance(ratio, (int, float)) or not 0.0 <= ratio < 1.0:
         raise ValueError('dropout: ratio must be a number in [0, 1), got {!r}'
                          .format(ratio))

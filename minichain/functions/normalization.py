@@ -24,11 +24,12 @@ __all__ = ['batch_normalization', 'fixed_batch_normalization']
 
 
 def _layout(func_name, x, gamma, axis, others=()):
-    """Validate x, gamma (and beta, ...) and return their Layout."""
-    check_float(func_name, x, 'x')
-    check_array(func_name, gamma, 'gamma')
-    for what, a in others:
-        check_array(func_name, a, what)
+    """Validate x, gamma (and beta, ...), Variables or arrays, and return
+    their Layout."""
+    x = check_float(func_name, x, 'x')
+    gamma = check_array(func_name, gamma, 'gamma')
+    others = tuple((what, check_array(func_name, a, what))
+                   for what, a in others)
     check_same_dtype(func_name, x, gamma, *(a for _, a in others))
     if x.ndim < 2:
         raise ValueError('{}: x must have at least 2 axes (batch, channel, '
@@ -46,7 +47,7 @@ def _layout(func_name, x, gamma, axis, others=()):
                              '{}; at least one channel axis must remain'
                              .format(func_name, axis, x.shape))
     lay = Layout(x.shape, axes)
-    for what, a in (('gamma', gamma),) + tuple(others):
+    for what, a in (('gamma', gamma),) + others:
         if a.shape != lay.cshape:
             raise ValueError(
                 '{}: {} has shape {} but x of shape {} has channel shape {} '
@@ -74,8 +75,7 @@ def _batch_normalization_composite(x, gamma, beta, eps=2e-5, axis=None,
     (sum, sub, mul, pow, broadcast_to, reshape, then add and relu); same
     arguments and result as :func:`batch_normalization` without the
     running statistics."""
-    lay = _layout('batch_normalization', unwrap(x), unwrap(gamma), axis,
-                  (('beta', unwrap(beta)),))
+    lay = _layout('batch_normalization', x, gamma, axis, (('beta', beta),))
     x_hat, _ = _normalize_composite(x, lay, eps)
     y = (x_hat * broadcast_to(reshape(gamma, lay.bshape), lay.shape)
          + broadcast_to(reshape(beta, lay.bshape), lay.shape))
@@ -94,9 +94,8 @@ def then_add_relu(y, residual=None, relu=False):
 def _fixed_batch_normalization_composite(x, gamma, beta, mean, var,
                                          eps=2e-5, axis=None):
     """Reference inference-mode batch normalization made of F functions."""
-    lay = _layout('fixed_batch_normalization', unwrap(x), unwrap(gamma), axis,
-                  (('beta', unwrap(beta)), ('mean', unwrap(mean)),
-                   ('var', unwrap(var))))
+    lay = _layout('fixed_batch_normalization', x, gamma, axis,
+                  (('beta', beta), ('mean', mean), ('var', var)))
 
     def b(v):
         return broadcast_to(reshape(v, lay.bshape), lay.shape)
@@ -290,11 +289,10 @@ def batch_normalization(x, gamma, beta, eps=2e-5, running_mean=None,
     """
     name = 'batch_normalization'
     xa = unwrap(x)
-    lay = _layout(name, xa, unwrap(gamma), axis, (('beta', unwrap(beta)),))
+    lay = _layout(name, x, gamma, axis, (('beta', beta),))
     inputs = (x, gamma, beta)
     if residual is not None:
-        ra = unwrap(residual)
-        check_array(name, ra, 'residual')
+        ra = check_array(name, residual, 'residual')
         check_same_dtype(name, xa, ra)
         if ra.shape != xa.shape:
             raise ValueError('{}: residual has shape {} but x has shape {}'
@@ -377,8 +375,7 @@ def fixed_batch_normalization(x, gamma, beta, mean, var, eps=2e-5,
     Raises:
         ValueError / TypeError as :func:`batch_normalization`.
     """
-    lay = _layout('fixed_batch_normalization', unwrap(x), unwrap(gamma), axis,
-                  (('beta', unwrap(beta)), ('mean', unwrap(mean)),
-                   ('var', unwrap(var))))
+    lay = _layout('fixed_batch_normalization', x, gamma, axis,
+                  (('beta', beta), ('mean', mean), ('var', var)))
     return FixedBatchNormalization(lay, eps).apply(
         (x, gamma, beta, mean, var))[0]

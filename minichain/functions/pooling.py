@@ -11,7 +11,7 @@ import numpy
 from minichain import backend
 from minichain.function_node import FunctionNode
 from minichain.functions import geometry
-from minichain.functions._check import check_float, unwrap
+from minichain.functions._check import check_image, check_pair
 
 __all__ = ['max_pooling_2d', 'average_pooling_2d',
            'global_average_pooling_2d']
@@ -21,18 +21,6 @@ def _offsets(g):
     """(k, ky, kx) for every kernel offset, k = ky * kw + kx (raster)."""
     return [(ky * g.kw + kx, ky, kx) for ky in range(g.kh)
             for kx in range(g.kw)]
-
-
-def _spread(parts, g, gy):
-    """The adjoint of reading windows: ``parts(k)`` (N, C, oh, ow) added
-    into the pixels that offset k read; a fresh (N, C, h, w) array of
-    ``gy``'s dtype and device."""
-    xp = backend.get_array_module(gy)
-    acc = geometry.padded(xp.zeros(gy.shape[:2] + (g.h, g.w), gy.dtype), g)
-    for k, ky, kx in _offsets(g):
-        win = geometry.window(acc, g, ky, kx)
-        win += parts(k)
-    return xp.ascontiguousarray(geometry.crop(acc, g))
 
 
 class MaxPooling2D(FunctionNode):
@@ -68,7 +56,8 @@ class MaxPooling2DGrad(FunctionNode):
     def forward(self, inputs):
         gy, = inputs
         g = self.g
-        return _spread(lambda k: gy * (self.indexes == k), g, gy),
+        return geometry.spread(
+            lambda ky, kx: gy * (self.indexes == ky * g.kw + kx), g, gy),
 
     def backward(self, indexes, grad_outputs):
         return MaxPooling2DGather(self.g, self.indexes).apply(grad_outputs)
@@ -125,22 +114,17 @@ class AveragePooling2DGrad(FunctionNode):
         gy, = inputs
         g = self.g
         part = gy * gy.dtype.type(1.0 / (g.kh * g.kw))
-        return _spread(lambda k: part, g, gy),
+        return geometry.spread(lambda ky, kx: part, g, gy),
 
     def backward(self, indexes, grad_outputs):
         return AveragePooling2D(self.g).apply(grad_outputs)
 
 
 def _pool_geometry(func, x, ksize, stride, pad, cover_all):
-    from minichain.functions.convolution import _pair
-    xa = unwrap(x)
-    check_float(func, xa, 'x')
-    if xa.ndim != 4:
-        raise ValueError('{}: x must be 4-D (N, C, H, W), got shape {}'
-                         .format(func, xa.shape))
-    k = _pair(func, 'ksize', ksize, 1)
-    s = k if stride is None else _pair(func, 'stride', stride, 1)
-    p = _pair(func, 'pad', pad, 0)
+    xa = check_image(func, x)
+    k = check_pair(func, 'ksize', ksize, 1)
+    s = k if stride is None else check_pair(func, 'stride', stride, 1)
+    p = check_pair(func, 'pad', pad, 0)
     h, w = xa.shape[2:]
     if k[0] > h + 2 * p[0] or k[1] > w + 2 * p[1]:
         raise ValueError('{}: the window {} is larger than the padded input '
@@ -224,9 +208,5 @@ def global_average_pooling_2d(x):
     Returns:
         Variable of shape (N, C, 1, 1).
     """
-    xa = unwrap(x)
-    check_float('global_average_pooling_2d', xa, 'x')
-    if xa.ndim != 4:
-        raise ValueError('global_average_pooling_2d: x must be 4-D '
-                         '(N, C, H, W), got shape {}'.format(xa.shape))
+    check_image('global_average_pooling_2d', x)
     return GlobalAveragePooling2D().apply((x,))[0]

@@ -4,6 +4,8 @@ logsumexp.
 Each backward reshapes the output gradient back to keepdims form and
 broadcasts it over the reduced axes (max/min then mask it).
 """
+import math
+
 from minichain import backend
 from minichain.function_node import FunctionNode
 from minichain.variable import Variable
@@ -11,8 +13,7 @@ from minichain.functions import array as _array
 from minichain.functions import basic_math as _math
 from minichain.functions.math import exp
 from minichain.functions._check import (check_array, check_float,
-                                        check_same_dtype, normalize_axis,
-                                        unwrap)
+                                        check_same_dtype, normalize_axis)
 
 __all__ = ['sum', 'mean', 'average', 'max', 'min', 'logsumexp']
 
@@ -32,11 +33,8 @@ def _spread(gy, in_shape, axis, keepdims):
 
 
 def _reduced_size(in_shape, axis):
-    n = 1
-    for i, s in enumerate(in_shape):
-        if axis is None or i in axis:
-            n *= s
-    return n
+    return math.prod(s for i, s in enumerate(in_shape)
+                     if axis is None or i in axis)
 
 
 class Sum(FunctionNode):
@@ -63,8 +61,7 @@ def sum(x, axis=None, keepdims=False):
     Returns:
         Variable with the reduced axes removed (or of length 1).
     """
-    xa = unwrap(x)
-    check_array('sum', xa, 'x')
+    xa = check_array('sum', x, 'x')
     axis = normalize_axis('sum', axis, xa.ndim)
     return Sum(axis, keepdims).apply((x,))[0]
 
@@ -97,8 +94,7 @@ def mean(x, axis=None, keepdims=False):
     Raises:
         ValueError when the reduced axes hold no element.
     """
-    xa = unwrap(x)
-    check_float('mean', xa, 'x')
+    xa = check_float('mean', x, 'x')
     axis = normalize_axis('mean', axis, xa.ndim)
     _check_nonempty('mean', xa.shape, axis)
     return Mean(axis, keepdims).apply((x,))[0]
@@ -124,9 +120,8 @@ def average(x, axis=None, weights=None, keepdims=False):
     """
     if weights is None:
         return mean(x, axis, keepdims)
-    xa, wa = unwrap(x), unwrap(weights)
-    check_float('average', xa, 'x')
-    check_array('average', wa, 'weights')
+    xa = check_float('average', x, 'x')
+    wa = check_array('average', weights, 'weights')
     check_same_dtype('average', xa, wa)
     axis = normalize_axis('average', axis, xa.ndim)
     if axis is not None and len(axis) > 1:
@@ -185,8 +180,7 @@ def _check_nonempty(name, shape, axis):
 
 
 def _extremum(name, cls, x, axis, keepdims):
-    xa = unwrap(x)
-    check_array(name, xa, 'x')
+    xa = check_array(name, x, 'x')
     axis = normalize_axis(name, axis, xa.ndim)
     _check_nonempty(name, xa.shape, axis)
     return cls(axis, keepdims).apply((x,))[0]
@@ -249,8 +243,7 @@ def logsumexp(x, axis=None):
         Variable with the reduced axes removed. Its gradient is the softmax
         of ``x`` over ``axis``.
     """
-    xa = unwrap(x)
-    check_float('logsumexp', xa, 'x')
+    xa = check_float('logsumexp', x, 'x')
     axis = normalize_axis('logsumexp', axis, xa.ndim)
     _check_nonempty('logsumexp', xa.shape, axis)
     return LogSumExp(axis).apply((x,))[0]

@@ -14,6 +14,7 @@ Warnings raised while reading an example are recorded and sent back, so
 that the iterator's process shows them (with its own filters and format);
 an exception is sent back with its traceback as text.
 """
+import contextlib
 import mmap
 import os
 import pickle
@@ -66,10 +67,9 @@ class Block:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
-        try:
+        # an array still viewing it raises BufferError; it goes with that
+        with contextlib.suppress(BufferError):
             self.map.close()
-        except BufferError:  # an array still views it; it goes with that
-            pass
 
 
 def _shared(x):
@@ -81,15 +81,16 @@ def _aligned(n):
     return -(-n // ALIGN) * ALIGN
 
 
-def _walk(x, array_fn):
-    """``x`` with every shareable array replaced by ``array_fn(array)``,
-    through plain tuples, lists and dicts (other containers travel whole)."""
-    if _shared(x):
+def _walk(x, array_fn, leaf=_shared):
+    """``x`` with every shareable array (every ``leaf``) replaced by
+    ``array_fn(array)``, through plain tuples, lists and dicts (other
+    containers travel whole)."""
+    if leaf(x):
         return array_fn(x)
     if type(x) in (tuple, list):
-        return type(x)(_walk(v, array_fn) for v in x)
+        return type(x)(_walk(v, array_fn, leaf) for v in x)
     if type(x) is dict:
-        return {k: _walk(v, array_fn) for k, v in x.items()}
+        return {k: _walk(v, array_fn, leaf) for k, v in x.items()}
     return x
 
 
@@ -116,14 +117,9 @@ def pack(example, block, base):
 def unpack(skeleton, block, base):
     """The example ``pack`` described, with fresh arrays copied out of the
     block (the region is reused by a later batch)."""
-    if type(skeleton) is _InBlock:
-        return numpy.ndarray(skeleton.shape, skeleton.dtype, block,
-                             base + skeleton.offset).copy()
-    if type(skeleton) in (tuple, list):
-        return type(skeleton)(unpack(v, block, base) for v in skeleton)
-    if type(skeleton) is dict:
-        return {k: unpack(v, block, base) for k, v in skeleton.items()}
-    return skeleton
+    def copy_out(s):
+        return numpy.ndarray(s.shape, s.dtype, block, base + s.offset).copy()
+    return _walk(skeleton, copy_out, lambda s: type(s) is _InBlock)
 
 
 def describe(error):

@@ -13,6 +13,7 @@ themselves within a second once the training process is gone, whatever
 killed it (their pipe closes; see ``_multiprocess_worker.run``).
 """
 import atexit
+import contextlib
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.reduction
@@ -38,10 +39,8 @@ def _stop(procs):
     """Ask ``procs`` (``[(process, conn)]``) to stop, kill the ones still
     running after the grace period, and reap them all."""
     for _, conn in procs:
-        try:
+        with contextlib.suppress(OSError):
             conn.send(None)
-        except OSError:
-            pass
         conn.close()
     deadline = time.monotonic() + _GRACE
     for process, _ in procs:

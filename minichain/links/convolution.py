@@ -1,12 +1,8 @@
 """The 2-D convolution layer: L.Convolution2D."""
-import numpy
-
 from minichain import functions as F
-from minichain import initializers
 from minichain.link import Link
 from minichain.links import _mixed16
-from minichain.links.linear import _dtype_of
-from minichain.variable import Parameter
+from minichain.links.linear import _weight_and_bias
 
 __all__ = ['Convolution2D']
 
@@ -57,28 +53,17 @@ class Convolution2D(Link):
         self.in_channels, self.out_channels = in_channels, out_channels
         self.ksize, self.stride, self.pad = _pair(ksize), stride, pad
         self.dilate, self.groups, self.nobias = dilate, groups, nobias
-        w_init = initializers.get_initializer(
-            initialW, default=initializers.LeCunNormal())
-        dtype = _dtype_of(w_init)
         with self.init_scope():
-            self.W = Parameter(w_init)
-            if in_channels is not None:
-                self._initialize_W(in_channels)
-            if nobias:
-                self.b = None
-            else:
-                b_init = initializers.get_initializer(
-                    initial_bias, initializers.Zero(dtype), dtype)
-                self.b = Parameter(b_init)
-                self.b.initialize((out_channels,))
+            self.W, self.b = _weight_and_bias(
+                initialW, initial_bias, nobias, out_channels,
+                None if in_channels is None else self._w_shape(in_channels))
 
-    def _initialize_W(self, in_channels):
+    def _w_shape(self, in_channels):
         if in_channels % self.groups:
             raise ValueError('Convolution2D: in_channels={} is not divisible '
                              'by groups={}'.format(in_channels, self.groups))
         self.in_channels = in_channels
-        self.W.initialize((self.out_channels, in_channels // self.groups)
-                          + self.ksize)
+        return (self.out_channels, in_channels // self.groups) + self.ksize
 
     def forward(self, x):
         """Apply the convolution to ``x`` of shape ``(N, C, H, W)``."""
@@ -86,7 +71,7 @@ class Convolution2D(Link):
             if x.ndim != 4:
                 raise ValueError('Convolution2D: input must be (N, C, H, W), '
                                  'got shape {}'.format(x.shape))
-            self._initialize_W(int(x.shape[1]))
+            self.W.initialize(self._w_shape(int(x.shape[1])))
         x, W, b = _mixed16.half(x, self.W, self.b)
         return F.convolution_2d(x, W, b, stride=self.stride,
                                 pad=self.pad, dilate=self.dilate,

@@ -16,6 +16,19 @@ def _dtype_of(init):
     return None if dtype is None else numpy.dtype(dtype)
 
 
+def _weight_and_bias(initialW, initial_bias, nobias, out_size, w_shape):
+    """``(W, b)``: W of ``initialW`` (default ``LeCunNormal()``; created now
+    when ``w_shape`` is not None), then b: None with ``nobias``, else
+    ``(out_size,)`` of ``initial_bias`` (default 0), a scalar or the
+    default in ``W``'s dtype when ``initialW`` fixes one."""
+    w_init = initializers.get_initializer(
+        initialW, default=initializers.LeCunNormal())
+    dtype = _dtype_of(w_init)
+    W = Parameter(w_init, w_shape)
+    return W, None if nobias else Parameter(initializers.get_initializer(
+        initial_bias, initializers.Zero(dtype), dtype), (out_size,))
+
+
 class Linear(Link):
     """A fully connected layer: ``y = x W^T + b``.
 
@@ -45,20 +58,10 @@ class Linear(Link):
         if out_size is None:
             in_size, out_size = None, in_size
         self.in_size, self.out_size, self.nobias = in_size, out_size, nobias
-        w_init = initializers.get_initializer(
-            initialW, default=initializers.LeCunNormal())
-        dtype = _dtype_of(w_init)
         with self.init_scope():
-            self.W = Parameter(w_init)
-            if in_size is not None:
-                self.W.initialize((out_size, in_size))
-            if nobias:
-                self.b = None
-            else:
-                b_init = initializers.get_initializer(
-                    initial_bias, initializers.Zero(dtype), dtype)
-                self.b = Parameter(b_init)
-                self.b.initialize((out_size,))
+            self.W, self.b = _weight_and_bias(
+                initialW, initial_bias, nobias, out_size,
+                None if in_size is None else (out_size, in_size))
 
     def forward(self, x):
         """Apply the layer to ``x`` of shape ``(N, ...)``."""

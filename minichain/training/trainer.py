@@ -1,5 +1,6 @@
 """Trainer: the training loop, with extensions around each iteration."""
 import collections
+import contextlib
 import os
 import time
 
@@ -123,10 +124,8 @@ class Trainer:
         while unique in self._extensions:
             i += 1
             unique = '{}_{}'.format(name, i)
-        try:
+        with contextlib.suppress(AttributeError):  # e.g. a bound method
             extension.name = unique
-        except AttributeError:  # e.g. a bound method
-            pass
         self._extensions[unique] = _Entry(extension, get_trigger(trigger),
                                           priority, bool(call_before_training))
 

@@ -9,6 +9,7 @@ Chainer orders them, with ties broken by the numbers in their names; the
 hidden temporary files of an unfinished write (``.name.pid.tmp``) never
 match.
 """
+import contextlib
 import os
 import re
 import string
@@ -37,11 +38,8 @@ def check_pattern(where, pattern):
 
 
 def _regex(base):
-    parts = []
-    for literal, field, _, _ in string.Formatter().parse(base):
-        parts.append(re.escape(literal))
-        if field is not None:
-            parts.append('[^/]+')
+    parts = [re.escape(literal) + ('' if field is None else '[^/]+')
+             for literal, field, _, _ in string.Formatter().parse(base)]
     return re.compile(''.join(parts) + r'\Z')
 
 
@@ -82,10 +80,9 @@ def remove_stale(out, pattern, n_retains, keep):
              if os.path.abspath(p) != os.path.abspath(keep)]
     stale = files[:max(0, len(files) - (n_retains - 1))]
     for path in stale:
-        try:
+        # removed meanwhile: stale all the same
+        with contextlib.suppress(FileNotFoundError):
             os.remove(path)
-        except FileNotFoundError:  # removed meanwhile: stale all the same
-            pass
     return stale
 
 

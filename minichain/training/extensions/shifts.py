@@ -80,11 +80,8 @@ class ExponentialShift(_Shift):
 
     def _value(self):
         value = self._init * self._rate ** self._t
-        if self._target is not None:
-            if self._rate > 1:
-                value = min(value, self._target)
-            else:
-                value = max(value, self._target)
+        if self._target is not None:  # a ceiling when growing, else a floor
+            value = (min if self._rate > 1 else max)(value, self._target)
         return value
 
 
