@@ -34,9 +34,6 @@ class CollectiveMismatchError(RuntimeError):
     """The ranks called different collectives (raised on every rank)."""
 
 
-
-
-
 def _code(kind):
     code = _codes.get(kind)
     if code is None:
@@ -73,22 +70,20 @@ def header(wire, agree=None, on_mismatch=None, maxes=(), root=None,
             :func:`raise_everywhere`: then its error).
         whatever ``on_mismatch`` returns, or a Failure's error.
     """
-    n_maxes, n_root = len(maxes), len(root_values)
-    if n_maxes > N_MAXES or n_root > N_ROOT:
+    if len(maxes) > N_MAXES or len(root_values) > N_ROOT:
         raise ValueError('header: at most {} maxes and {} root values'
                          .format(N_MAXES, N_ROOT))
     kind, _, seq = wire.current()
+    # A Python list, one array for MPI and back: a numpy operation per
+    # slot would cost more than the allreduce itself (every step has one).
+    v = [_UNSET] * HEADER_SIZE
+    v[8:8 + len(maxes)] = maxes
+    if wire.rank == root:
+        v[12:12 + len(root_values)] = root_values
     if wire.size > 1:
-        # A Python list and one array.array for MPI: a numpy operation per
-        # slot would cost more than the allreduce itself (every step has one).
-        code, h = _code(kind), layout_hash(agree)
-        s = -1 if step is None else step
-        v = [code, -code, seq, -seq, h, -h, s, -s]
-        v += maxes
-        v += _PAD[:N_MAXES - n_maxes]
-        if wire.rank == root:
-            v += root_values
-        v += _PAD[:HEADER_SIZE - len(v)]
+        code, h, s = _code(kind), layout_hash(agree), (
+            -1 if step is None else step)
+        v[:8] = code, -code, seq, -seq, h, -h, s, -s
         buf = array.array('q', v)
         MPI = mpi.import_mpi()
         wire.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
@@ -101,16 +96,9 @@ def header(wire, agree=None, on_mismatch=None, maxes=(), root=None,
                 wire, [call[:2] for call in calls]))
         if v[4] != -v[5] or v[6] != -v[7]:
             _mismatch(wire, kind, agree, step, on_mismatch)
-    else:
-        v = [0] * 8 + list(maxes) + _PAD[:N_MAXES - n_maxes] + list(
-            root_values)
     wire.joined = seq
-    if isinstance(agree, Failure):  # a local error, on one rank alone
-        raise_failures([agree])
-    return tuple(v[8:8 + n_maxes]), tuple(v[12:12 + n_root])
-
-
-_PAD = [_UNSET] * HEADER_SIZE
+    raise_failures([agree])
+    return tuple(v[8:8 + len(maxes)]), tuple(v[12:12 + len(root_values)])
 
 
 def _mismatch(wire, kind, agree, step, on_mismatch):
@@ -135,7 +123,6 @@ def _differ(kind):
         return ValueError('{}: the ranks passed different arguments: {}'
                           .format(kind, by_rank(values)))
     return error
-
 
 
 def collective_mismatch_message(wire, calls):
@@ -190,7 +177,6 @@ def layout_hash(layout):
 def _digest(layout):
     digest = hashlib.blake2b(repr(layout).encode(), digest_size=8).digest()
     return int.from_bytes(digest, 'little') & ((1 << 62) - 1)
-
 
 
 def raise_everywhere(wire, error):
