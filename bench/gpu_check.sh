@@ -231,6 +231,11 @@ if steps:
             cell(s, 'minichain_img_s'), cell(s, 'cudnn_img_s'),
             cell(s, 'torch_img_s'),
             '{:.2f}x'.format(s['ratio']) if 'ratio' in s else '-'))
+    print('  kernel launches per step (CUPTI): ' + '; '.join(
+        '{} {} {}/{}'.format(s.get('dtype', 'float32'), s['batch'],
+                             s.get('minichain_launches', '-'),
+                             s.get('cudnn_launches', '-')) for s in steps)
+          + ' (minichain/+cuDNN)')
 else:
     print('ResNet-50: no figure (see the resnet stage)')
 print('  stage        result    time  note')

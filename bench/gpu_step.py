@@ -16,7 +16,8 @@ on. TF32 is off on both sides
 on both sides, and every result line says which. Prints seconds per
 step (median), images per second, peak memory (minichain: the most the
 CuPy pool held after any step, which is what it reserved; PyTorch: peak
-allocated and peak reserved), and the ratio minichain / PyTorch; one line
+allocated and peak reserved), minichain's kernel launches in one more
+step (CUPTI, bench/_launches.py), and the ratio minichain / PyTorch; one line
 ``GPU_STEP {json}`` per batch is for scripts (bench/gpu_check.sh).
 
     python bench/gpu_step.py [--batch 64 [32 ...]] [--size 224] [--steps 5]
@@ -39,6 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [ROOT, HERE]
 
+import _launches  # noqa: E402
 import minichain  # noqa: E402
 from minichain import backend, host, optimizers  # noqa: E402
 from models.resnet import ResNet, loss_and_accuracy  # noqa: E402
@@ -56,8 +58,9 @@ def _to_dtype(model, dtype):
 
 
 def time_minichain(args, batch, dtype, kernels):
-    """(median s/step, peak MiB held by CuPy's pool, 0 on the CPU), on the
-    CuPy kernels (``kernels`` 'cupy') or with cuDNN ('cudnn')."""
+    """(median s/step, peak MiB held by CuPy's pool, 0 on the CPU, kernel
+    launches in one more step or why not counted), on the CuPy kernels
+    (``kernels`` 'cupy') or with cuDNN ('cudnn')."""
     with minichain.using_config('use_cudnn', 'always' if kernels == 'cudnn'
                                 else 'never'):
         return _time_minichain(args, batch, dtype)
@@ -87,10 +90,15 @@ def _time_minichain(args, batch, dtype):
         times.append(time.perf_counter() - start)
         if pool is not None:
             held = max(held, pool.total_bytes() / 2 ** 20)
+    launches = 'not on the CPU' if pool is None else _launches.problem()
+    if not launches:
+        with _launches.Launches() as counter:
+            opt.update(loss_and_accuracy, model, x, t)
+        launches = counter.count
     del model, opt, x, t
     if pool is not None:
         pool.free_all_blocks()
-    return statistics.median(times[args.warmup:]), held
+    return statistics.median(times[args.warmup:]), held, launches
 
 
 def time_pytorch(args, batch, dtype):
@@ -158,15 +166,16 @@ def run(args, batch, dtype):
             result['cudnn_missing'] = why
             print('minichain  cuDNN: not run ({})'.format(why), flush=True)
             continue
-        step, held = time_minichain(args, batch, dtype, kernels)
+        step, held, launches = time_minichain(args, batch, dtype, kernels)
         key = 'minichain' if kernels == 'cupy' else 'cudnn'
         result.update({key + '_s': step, key + '_img_s': batch / step,
-                       key + '_peak_mib': held})
+                       key + '_peak_mib': held, key + '_launches': launches})
         best = step if best is None else min(best, step)
-        print('minichain  {:5s} {}: {:.4f} s/step, {:.1f} img/s{}'.format(
-            kernels, where, step, batch / step, ', peak {:.0f} MiB held by '
-            'the CuPy pool'.format(held) if args.device == 'gpu' else ''),
-            flush=True)
+        print('minichain  {:5s} {}: {:.4f} s/step, {:.1f} img/s{}, kernel '
+              'launches/step: {}'.format(
+                  kernels, where, step, batch / step, ', peak {:.0f} MiB '
+                  'held by the CuPy pool'.format(held)
+                  if args.device == 'gpu' else '', launches), flush=True)
     why = torch_missing(args)
     if why:
         print('PyTorch: not compared ({})'.format(why))

@@ -75,7 +75,8 @@ _KERNEL_CLASSES = ('ElementwiseKernel', 'ReductionKernel', 'RawKernel',
                    'RawModule', 'fuse')
 # where minichain builds kernels -> the factory variants.py calls
 _FACTORIES = {('minichain/kernels/cuda/_elementwise.py', 'make_kernel'),
-              ('minichain/kernels/cuda/normalization.py', 'make_kernels')}
+              ('minichain/kernels/cuda/normalization.py', 'make_kernels'),
+              ('minichain/kernels/cuda/optimizers.py', 'make_kernel')}
 
 
 def _kernel_constructions():
@@ -107,7 +108,7 @@ def test_every_kernel_source_is_compiled_here():
     names = {k.name for _, _, k, _, _ in LAUNCHES}
     want = {'minichain_' + n for n in _cuda_kernels.SPECS} | {
         'minichain_bn_' + n for n in ('fwd', 'bwd', 'sum', 'sq_dev',
-                                      'dot_dev')}
+                                      'dot_dev')} | {'minichain_momentum_sgd'}
     assert names == want
     kinds = {(k.name, kind) for _, kind, k, _, _ in LAUNCHES}
     dtypes = {(k.name, a[0][1].name) for _, _, k, a, _ in LAUNCHES}

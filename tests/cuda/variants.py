@@ -13,6 +13,7 @@ import numpy
 
 from minichain.kernels.cuda import _elementwise as _cuda_kernels
 from minichain.kernels.cuda import normalization as _normalization_kernels
+from minichain.kernels.cuda import optimizers as _optimizer_kernels
 from tests.cuda.offline import array, scalar
 
 FLOATS = ('float16', 'float32', 'float64')
@@ -85,3 +86,8 @@ def launches():
         # ones (e.g. axis=1 of a C-ordered (C, M) input, M >= 128)
         yield ('bn_sum[{},cub]'.format(t), 'cub', k['sum'],
                [array(t, 2), array(acc)], {})
+    sgd = _optimizer_kernels.make_kernel(cupy)  # g, lr, mu, wd, decay, p, v
+    for t in FLOATS:
+        yield ('momentum_sgd[{}]'.format(t), 'elementwise', sgd,
+               [array(t)] + [scalar(t)] * 3 + [scalar(numpy.bool_)]
+               + [array(t)] * 2, {})

@@ -9,7 +9,7 @@ from minichain.configuration import fp32_math
 from minichain.functions.basic_math import MatMul
 from minichain.functions.linear import LinearFunction
 from minichain.kernels.cuda import (  # noqa: F401  (they register)
-    convolution, im2col, normalization, pooling)
+    convolution, im2col, normalization, optimizers, pooling)
 
 
 def under_fp32_math(kernel):

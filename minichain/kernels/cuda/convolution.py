@@ -9,20 +9,23 @@ such pass is a full trip through memory. Here:
   read in place from NCHW and written in place into NCHW (``x[n]`` of shape
   (C, H*W) *is* its column matrix); a strided one first takes the pixels
   it reads;
-* a larger window builds the columns of a group of images in the layout
+* a larger window builds the columns of a group of images in one launch
+  of the im2col kernel (``_elementwise.py``), in the layout
   (B, C*kh*kw, oh*ow), so that the batched product ``W @ col[b]`` is
   already (B, O, oh*ow), the output's own layout: no transposition;
 * the input gradient (a deconvolution) of a 1x1 convolution is the
   batched ``W^T @ gy[n]``; of a stride-1 one, a convolution with the
   flipped kernel, again straight into NCHW; a strided one sums its
-  columns into the pixels (col2im) as the body does;
-* the weight gradient is one GEMM per image group over pixel-major
-  columns (B*oh*ow, C*kh*kw), with the group's gy transposed once.
+  columns into the pixels in one launch of the col2im kernel;
+* the weight gradient is one 2-D GEMM per image group and group over
+  channel-major columns (C*kh*kw, B*oh*ow), which cuBLAS reads transposed
+  in place, with the group's gy transposed once.
 
-Everything is plain ``xp`` code (CuPy's ``matmul`` broadcasts W over the
-batch with pointer-array batched GEMMs, without copying it), so the same
-functions run on NumPy arrays, where the tests compare them with the op
-bodies at ResNet-50's shapes. Whether float32 products use TF32 tensor
+The rest is plain ``xp`` code (CuPy's ``matmul`` broadcasts W over the
+batch with pointer-array batched GEMMs, without copying it). The tests
+run these functions on NumPy arrays, the two kernels emulated in C++
+(``tests/functions/cuda_emulation.py``), against the op bodies at
+ResNet-50's shapes. Whether float32 products use TF32 tensor
 cores is :func:`minichain.backend.set_tf32`'s switch (off by default).
 
 :func:`register` registers the three kernels for the ``'cuda'`` backend of
@@ -30,8 +33,8 @@ the kernel seam (:mod:`minichain.kernels`).
 """
 from minichain import backend
 from minichain.functions import convolution as _conv
-from minichain.functions.geometry import (Geometry, conv_outsize,
-                                           is_pointwise, window_slices)
+from minichain.functions.geometry import Geometry, conv_outsize, is_pointwise
+from minichain.kernels.cuda._elementwise import col2im, im2col
 
 # The columns of one image group at most this many bytes: large enough for
 # cuBLAS to run near its peak on ResNet-50's layers (a 56x56 3x3 layer of
@@ -103,7 +106,7 @@ def conv_forward(x, W, g, groups):
         xp.matmul(w, picked.reshape(n, groups, c // groups, p), out=ys)
         return y
     for n0, n1 in _image_groups(n, c * g.kh * g.kw * p * x.dtype.itemsize):
-        col = _columns(x[n0:n1], g)                # (B, C, kh, kw, oh, ow)
+        col = im2col(x[n0:n1], g, batch_major=True)  # (B, C, kh, kw, oh, ow)
         xp.matmul(w, col.reshape(n1 - n0, groups, -1, p), out=ys[n0:n1])
     return y
 
@@ -128,12 +131,11 @@ def deconv_forward(x, W, g, groups):
         flipped = Geometry(g.kh, g.kw, 1, 1, fpad[0], fpad[1], g.dy, g.dx,
                            g.oh, g.ow, g.h, g.w)
         return conv_forward(x, _flipped_weight(W, groups), flipped, groups)
-    y = xp.zeros((n, c, g.h, g.w), x.dtype)
-    for n0, n1 in _image_groups(n, c * g.kh * g.kw * p * x.dtype.itemsize):
-        col = xp.matmul(wt, xs[n0:n1])            # (B, G, C/G*kh*kw, P)
-        _add_columns(y[n0:n1], col.reshape(n1 - n0, c, g.kh, g.kw, g.oh,
-                                           g.ow), g)
-    return y
+    ys = [col2im(xp.matmul(wt, xs[n0:n1]).reshape(
+        n1 - n0, c, g.kh, g.kw, g.oh, g.ow), g, batch_major=True)
+          for n0, n1 in _image_groups(n, c * g.kh * g.kw * p
+                                      * x.dtype.itemsize)]
+    return ys[0] if len(ys) == 1 else xp.concatenate(ys)
 
 
 def conv_grad_w(x, gy, g, groups, w_shape):
@@ -147,17 +149,18 @@ def conv_grad_w(x, gy, g, groups, w_shape):
     picked = _strided_pointwise(x, g)
     for n0, n1 in _image_groups(n, c * g.kh * g.kw * p * x.dtype.itemsize):
         b = n1 - n0
-        if picked is not None:                     # 1x1: x's pixels, C last
+        if picked is not None:                     # 1x1: x's pixels, C first
             col = xp.ascontiguousarray(
-                picked[n0:n1].reshape(b, c, p).transpose(0, 2, 1))
-        else:
-            col = _columns(x[n0:n1], g, pixels_first=True)
-        # (B*P, G, K/G) -> per group (B*P, K/G); gy's group (O/G, B*P)
-        col = col.reshape(b * p, groups, k).transpose(1, 0, 2)
+                picked[n0:n1].reshape(b, c, p).transpose(1, 0, 2))
+        else:                                      # (C, kh, kw, B, oh, ow)
+            col = im2col(x[n0:n1], g, batch_major=False)
+        col = col.reshape(groups, k, b * p)
         gyt = xp.ascontiguousarray(gy[n0:n1].reshape(
             b, groups, o // groups, p).transpose(1, 2, 0, 3)).reshape(
                 groups, o // groups, b * p)
-        part = xp.matmul(gyt, col)                 # (G, O/G, K/G)
+        part = xp.empty((groups, o // groups, k), x.dtype)
+        for i in range(groups):  # 2-D: cuBLAS reads col[i].T in place
+            xp.dot(gyt[i], col[i].T, out=part[i])
         acc = part if acc is None else xp.add(acc, part, out=acc)
     return acc.reshape(w_shape)
 
@@ -181,41 +184,6 @@ def _strided_pointwise(x, g):
     if picked.shape[2:] != (g.oh, g.ow):           # cover_all reads padding
         return None
     return backend.get_array_module(x).ascontiguousarray(picked)
-
-
-def _columns(x, g, pixels_first=False):
-    """The columns of images x (B, C, h, w): (B, C, kh, kw, oh, ow), or
-    with ``pixels_first`` (B, oh, ow, C, kh, kw). Each window offset is one
-    strided copy of the pixels it reads; only what reads padding is zeroed
-    (the strips beside each copy), not the whole buffer."""
-    xp = backend.get_array_module(x)
-    b, c = x.shape[:2]
-    if pixels_first:
-        col = xp.empty((b, g.oh, g.ow, c, g.kh, g.kw), x.dtype)
-        view = col.transpose(0, 3, 4, 5, 1, 2)
-    else:
-        col = view = xp.empty((b, c, g.kh, g.kw, g.oh, g.ow), x.dtype)
-    inside = {(ky, kx): (o, i) for ky, kx, o, i in window_slices(g)}
-    for ky in range(g.kh):
-        for kx in range(g.kw):
-            plane = view[:, :, ky, kx]
-            if (ky, kx) not in inside:             # reads only padding
-                plane[...] = 0
-                continue
-            o, i = inside[ky, kx]
-            rows, cols = o[1], o[2]
-            plane[..., :rows.start, :] = 0
-            plane[..., rows.stop:, :] = 0
-            plane[..., rows, :cols.start] = 0
-            plane[..., rows, cols.stop:] = 0
-            plane[o] = x[i]
-    return col
-
-
-def _add_columns(y, col, g):
-    """y (B, C, h, w) += the columns (B, C, kh, kw, oh, ow) (col2im)."""
-    for ky, kx, o, i in window_slices(g):
-        y[i] += col[:, :, ky, kx][o]
 
 
 def _flipped_weight(W, groups):

@@ -1,12 +1,19 @@
 """The GPU-shaped convolution kernels (minichain/kernels/cuda/
-convolution.py), run on NumPy arrays, equal the op bodies at ResNet-50's
-shapes (batch 2) and on a grouped, dilated, cover_all geometry."""
+convolution.py), run on NumPy arrays with their im2col / col2im CUDA
+kernels emulated in C++, equal the op bodies at ResNet-50's shapes
+(batch 2) and on a grouped, dilated, cover_all geometry."""
 import numpy
 import pytest
 
 from minichain.functions import convolution as C
 from minichain.functions.geometry import conv_outsize
 from minichain.kernels.cuda import convolution as K
+from tests.functions.cuda_emulation import emulated_cuda  # noqa: F401
+
+
+@pytest.fixture(autouse=True)
+def _columns_in_cpp(emulated_cuda):  # noqa: F811
+    """The columns come from the CUDA kernels, run as C++ on the CPU."""
 
 # name: (x shape, W shape, stride, pad, dilate, groups, cover_all)
 CASES = {
