@@ -159,6 +159,7 @@ class SharedMemory:
     def __init__(self, mpi_comm=None, allreduce_grad_dtype=None):
         super().__init__(mpi_comm, allreduce_grad_dtype)
         self._regions = weakref.WeakKeyDictionary()  # model -> Regions
+        self._mapped = False  # whether a model's regions were ever mapped
         # Every rank must cut the same pieces (a barrier each): rank 0's.
         self.piece_bytes = self.mpi_comm.bcast(piece_bytes(), root=0)
 
@@ -183,16 +184,20 @@ class SharedMemory:
             if regions is None:  # on every rank: MPI's way, as without us
                 return super().packed_buffer(model, like, dtype, n)
             self._regions[model] = regions
+            self._mapped = True
         return regions.own
 
+    # pieces and sum_on_host look for buf among the mapped regions only
+    # once some exist (a WeakKeyDictionary's len() alone costs more than
+    # the rest of the check: a 4 KB averaging is mostly Python).
     def pieces(self, buf):
-        for regions in self._regions.values() if self._regions else ():
+        for regions in self._regions.values() if self._mapped else ():
             if buf is regions.own:
                 return pipeline.cut(buf, self.piece_bytes)
         return super().pieces(buf)
 
     def sum_on_host(self, buf):
-        for regions in self._regions.values() if self._regions else ():
+        for regions in self._regions.values() if self._mapped else ():
             lo = regions.offset_of(buf)
             if lo is not None:
                 return self._sum_in_place(regions, lo, lo + buf.size)
