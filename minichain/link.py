@@ -129,7 +129,8 @@ class Link:
 
     def children(self):
         """Yield the direct child links in registration order."""
-        yield from (child for _, child in self._named_children())
+        for _, child in self._named_children():
+            yield child
 
     def namedlinks(self, skipself=False):
         """Yield ``(path, link)`` for this link ('/') and every descendant,
@@ -151,7 +152,8 @@ class Link:
     def links(self, skipself=False):
         """Yield this link (unless ``skipself``) and all descendants, in
         ``namedlinks`` order."""
-        yield from (link for _, link in self.namedlinks(skipself))
+        for _, link in self.namedlinks(skipself):
+            yield link
 
     def namedparams(self, include_uninit=True):
         """Yield ``(path, param)`` such as ``('/conv1/W', W)``, sorted by
@@ -172,7 +174,8 @@ class Link:
 
     def params(self, include_uninit=True):
         """Yield every parameter, in ``namedparams`` order."""
-        yield from (param for _, param in self.namedparams(include_uninit))
+        for _, param in self.namedparams(include_uninit):
+            yield param
 
     def namedpersistents(self):
         """Yield ``(path, value)`` such as ``('/bn/avg_mean', array)`` for

@@ -60,6 +60,9 @@ def test_errors():
         concat_examples([(numpy.zeros(2), 1), None])
     with pytest.raises(TypeError, match='arrays, scalars, tuples or dicts'):
         concat_examples(['a', 'b'])
+    # an empty first tuple does not hide longer ones (it returned ())
+    with pytest.raises(ValueError, match='tuples of different lengths'):
+        concat_examples([(), (numpy.zeros(2),)])
 
 
 def test_device_cpu_and_none():

@@ -77,12 +77,12 @@ def header(wire, agree=None, on_mismatch=None, maxes=(), root=None,
     # A Python list, one array for MPI and back: a numpy operation per
     # slot would cost more than the allreduce itself (every step has one).
     v = [_UNSET] * HEADER_SIZE
-    v[8:8 + len(maxes)] = maxes
+    v[8:8 + len(maxes)] = map(int, maxes)  # numpy ints too
     if wire.rank == root:
-        v[12:12 + len(root_values)] = root_values
+        v[12:12 + len(root_values)] = map(int, root_values)
     if wire.size > 1:
-        code, h, s = _code(kind), layout_hash(agree), (
-            -1 if step is None else step)
+        code, h = _code(kind), layout_hash(agree)
+        s = -1 if step is None else int(step)
         v[:8] = code, -code, seq, -seq, h, -h, s, -s
         buf = array.array('q', v)
         MPI = mpi.import_mpi()

@@ -21,7 +21,7 @@ class Pipelined:
     would cost a host round trip each)."""
 
     def pieces(self, buf):
-        if type(buf) is not numpy.ndarray:  # CuPy's
+        if not isinstance(buf, numpy.ndarray):  # CuPy's
             return super().pieces(buf)
         return cut(buf, min(PIPELINE_BYTES, mpi.CHUNK_BYTES))
 
