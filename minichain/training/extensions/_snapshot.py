@@ -43,7 +43,8 @@ class Snapshot(extension.Extension):
             written only when it returns True (None: always).
         writer: Chainer's writer protocol: ``writer(name, out, arrays)``
             writes ``arrays`` (the target as a ``{key: array}`` dict) itself,
-            instead of ``savefun`` (e.g. in a thread of its own).
+            instead of ``savefun`` (e.g. in a thread of its own; with
+            ``n_retains``, the older files are deleted when it returns).
 
     Attributes:
         last_iteration: the iteration of the last snapshot written (None
@@ -102,13 +103,19 @@ class Snapshot(extension.Extension):
             return
         target = trainer if self._target is None else self._target
         name = self.filename.format(trainer)
+        path = os.path.join(trainer.out, name)
         if self.writer is not None:
             arrays = DictionarySerializer()
             arrays.save(target)
             self.writer(name, trainer.out, arrays.target)
-            self.last_iteration = trainer.updater.iteration
-            return
-        path = os.path.join(trainer.out, name)
+        else:
+            self._save(target, path)
+        self.last_iteration = trainer.updater.iteration
+        if self.n_retains is not None:
+            _snapshot_files.remove_stale(trainer.out, self.filename,
+                                         self.n_retains, path)
+
+    def _save(self, target, path):
         folder = os.path.dirname(path)
         if folder:
             os.makedirs(folder, exist_ok=True)
@@ -121,10 +128,6 @@ class Snapshot(extension.Extension):
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-        self.last_iteration = trainer.updater.iteration
-        if self.n_retains is not None:
-            _snapshot_files.remove_stale(trainer.out, self.filename,
-                                         self.n_retains, path)
 
 
 def snapshot(filename='snapshot_iter_{.updater.iteration}', savefun=None,

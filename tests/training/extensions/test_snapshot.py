@@ -148,6 +148,19 @@ def test_n_retains_keeps_the_newest_snapshots(tmp_path):
         extensions.snapshot(n_retains=0)
 
 
+def test_n_retains_with_a_writer(tmp_path):
+    # Chainer's writers write the file themselves; n_retains still holds
+    # (it was ignored: every snapshot stayed).
+    def writer(name, out, arrays):
+        serializers.save_npz(os.path.join(out, name), arrays)
+
+    trainer = make_trainer(tmp_path, stop=(4, 'epoch'))
+    trainer.extend(extensions.snapshot(n_retains=2, writer=writer))
+    trainer.run()
+    assert sorted(os.listdir(str(tmp_path))) == [
+        'snapshot_iter_15', 'snapshot_iter_20']
+
+
 def test_stale_temporaries_are_ours_by_name_and_dead_pid(tmp_path):
     from minichain.training.extensions._snapshot import stale_temporaries
     dead = 2 ** 22 + 17  # above Linux's default pid_max: never running
