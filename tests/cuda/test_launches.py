@@ -4,7 +4,8 @@ issue 40 found 2,300 / 2,800 / 7,000 launches per step at batch 32 / 64 /
 256 for the convolution's columns alone (one copy per kernel window),
 about 30 per batch normalization layer and four per parameter in the
 optimizer; here the columns are one launch whatever the window, the
-update one per parameter, and the count does not grow with the batch."""
+update one for all parameters, and the count does not grow with the
+batch."""
 import os
 import sys
 
@@ -73,6 +74,6 @@ def test_a_resnet50_step_launches_fewer_kernels():
     print('launches per ResNet-50 step: {} (batch 2), {} (batch 4); '
           'update {} for {} parameters'.format(counts[2], counts[4], update,
                                                n_params))
-    assert update == n_params == 161
+    assert update == 1 and n_params == 161  # one dtype, one device
     assert counts[2] == counts[4]
     assert counts[2] < READING, counts

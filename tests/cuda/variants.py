@@ -91,3 +91,7 @@ def launches():
         yield ('momentum_sgd[{}]'.format(t), 'elementwise', sgd,
                [array(t)] + [scalar(t)] * 3 + [scalar(numpy.bool_)]
                + [array(t)] * 2, {})
+    sgd_all = _optimizer_kernels.make_kernel_all(cupy)  # hp, n, table
+    for t in FLOATS:
+        yield ('momentum_sgd_all[{}]'.format(t), 'elementwise', sgd_all,
+               [array(t), scalar(INT32), array(numpy.int64)], {})

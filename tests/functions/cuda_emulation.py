@@ -20,10 +20,11 @@ import numpy
 import pytest
 
 CXX = shutil.which('g++') or shutil.which('c++')
-_C_NAMES = {'int32': 'int', 'bool': 'bool', 'float32': 'float',
-            'float64': 'double'}
-_CTYPES = {'int': ctypes.c_int32, 'bool': ctypes.c_bool,
-           'float': ctypes.c_float, 'double': ctypes.c_double}
+_C_NAMES = {'int32': 'int', 'int64': 'long long', 'bool': 'bool',
+            'float32': 'float', 'float64': 'double'}
+_CTYPES = {'int': ctypes.c_int32, 'long long': ctypes.c_longlong,
+           'bool': ctypes.c_bool, 'float': ctypes.c_float,
+           'double': ctypes.c_double}
 _libs = {}
 
 
@@ -59,15 +60,17 @@ class ElementwiseKernel:
                     c_type(t), n))
             else:
                 params.append('{} {}'.format(c_type(t), n))
-        for _, t, n in self.outs:
-            params.append('{}* {}_arr'.format(c_type(t), n))
-            prelude.append('{0}& {1} = {1}_arr[i];'.format(c_type(t), n))
+        for raw, t, n in self.outs:
+            params.append('{}* {}{}'.format(c_type(t), n, '' if raw
+                                            else '_arr'))
+            if not raw:
+                prelude.append('{0}& {1} = {1}_arr[i];'.format(c_type(t), n))
         return ('typedef {} T;\n{}\nextern "C" void kernel({}, long long size) '
                 '{{\nfor (long long i = 0; i < size; ++i) {{\n{}\n{}\n}}\n}}\n'
                 .format(t_name, self.preamble, ', '.join(params),
                         '\n'.join(prelude), self.operation))
 
-    def __call__(self, *args):
+    def __call__(self, *args, size=None):
         ins, outs = args[:len(self.ins)], args[len(self.ins):]
         if len(outs) != len(self.outs):
             raise TypeError('{}: pass every output array'.format(self.name))
@@ -85,7 +88,8 @@ class ElementwiseKernel:
                 cargs.append(a.ctypes.data_as(ctypes.c_void_p))
             else:
                 cargs.append(_CTYPES[c](a))
-        fn(*cargs, ctypes.c_longlong(outs[0].size))
+        fn(*cargs, ctypes.c_longlong(outs[0].size if size is None
+                                     else size))
 
 
 def _compile(source):
