@@ -108,8 +108,9 @@ def test_every_kernel_source_is_compiled_here():
     assert {(f, fn) for f, fn, _ in built} <= _FACTORIES, built
     names = {k.name for _, _, k, _, _ in LAUNCHES}
     want = {'minichain_' + n for n in _cuda_kernels.SPECS} | {
-        'minichain_bn_' + n for n in ('fwd', 'bwd', 'sum', 'sq_dev',
-                                      'dot_dev')} | {
+        'minichain_bn_' + n for n in ('fwd', 'fwd_add', 'bwd', 'sum',
+                                      'sq_dev', 'dot_dev', 'stats',
+                                      'bwd_stats')} | {
         'minichain_momentum_sgd', 'minichain_momentum_sgd_all'}
     assert names == want
     kinds = {(k.name, kind) for _, kind, k, _, _ in LAUNCHES}
