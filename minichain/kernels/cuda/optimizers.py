@@ -133,8 +133,9 @@ def launch_all(group, dtype):
                     _ptr(rule.state['v']))
         hp[k] = h.lr, h.momentum, h.weight_decay_rate
     numpy.cumsum(table[:, 0], out=table[:, 0])
-    _kernel_all[0](cupy.asarray(hp), len(group), cupy.asarray(table),
-                   size=int(table[-1, 0]))
+    # (1-D, as the kernel indexes them and tests/cuda compiles it)
+    _kernel_all[0](cupy.asarray(hp.ravel()), len(group),
+                   cupy.asarray(table.ravel()), size=int(table[-1, 0]))
 
 
 def momentum_sgd(rule, param):
