@@ -306,6 +306,14 @@ def get_cupy():
     return cupy
 
 
+def get_cublas():
+    """CuPy's cuBLAS module (``cupy.cuda.cublas``, which CuPy 14 keeps in
+    ``cupy_backends``), for the kernels that call cuBLAS themselves."""
+    check_cuda_available()
+    from cupy_backends.cuda.libs import cublas
+    return cublas
+
+
 def set_tf32(enabled):
     """Let float32 matrix products on the GPU (cuBLAS through CuPy: the
     linear layers and the GPU convolutions) run on TF32 tensor cores, or

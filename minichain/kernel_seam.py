@@ -24,7 +24,9 @@ body, runs. Every registered kernel is tested against its op's body.
 An optimizer's update rule has the same seam (:func:`update`): its
 ``update_core`` is the plain update, and a kernel registered for the rule's
 type, ``kernel(rule, param)``, may do the same update in place faster
-(returning True) or decline (returning None).
+(returning True) or decline (returning None). A whole step's parameters
+are first offered together (:func:`update_all`) to the kernels registered
+for :class:`UpdateAll`, which may update many in one launch.
 
 One switch turns every kernel off: ``config.use_kernels`` (default True;
 ``MINICHAIN_KERNELS=0`` in the environment makes it False), for instance to
@@ -43,7 +45,8 @@ import numpy
 from minichain.configuration import config
 
 __all__ = ['add_backend', 'register', 'registered', 'forward', 'update',
-           'backends_for', 'parameters_changed', 'parameters_version']
+           'UpdateAll', 'update_all', 'backends_for', 'parameters_changed',
+           'parameters_version']
 
 # (node type, backend name) -> kernel
 registry = {}
@@ -127,6 +130,26 @@ def update(rule, param):
         if kernel is not None and kernel(rule, param):
             return
     rule.update_core(param)
+
+
+class UpdateAll:
+    """What a kernel that takes a whole optimizer step registers for:
+    ``kernel(pairs)`` updates some of the ``(rule, param)`` pairs in place
+    as each ``rule.update(param)`` would (calling ``rule.prepare(param)``
+    first), and returns the others."""
+
+
+def update_all(pairs):
+    """Offer a step's ``(rule, param)`` pairs (parameters with data) to the
+    :class:`UpdateAll` kernels of their device; returns the pairs left,
+    which the optimizer updates one by one (all of them here)."""
+    global _parameters_version
+    _parameters_version += 1
+    for backend in backends_for([param.array for _, param in pairs[:1]]):
+        kernel = registered(UpdateAll, backend)
+        if kernel is not None:
+            pairs = kernel(pairs)
+    return pairs
 
 
 def parameters_version():

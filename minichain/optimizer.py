@@ -198,16 +198,24 @@ class UpdateRule:
     def update(self, param):
         """Update ``param`` from ``param.grad`` (skipped when it has no
         gradient or data, or the rule is disabled)."""
-        if not self.enabled or param.array is None or param.grad is None:
-            return
-        self.t += 1
         with _device_scope(param.array):
-            if self.state is None:
-                self.init_state(param)
-            else:
-                self._follow_device(param.array)
-            # The seam: a registered kernel, else update_core (kernel_seam.py).
-            kernel_seam.update(self, param)
+            if self.prepare(param):
+                # The seam: a kernel, else update_core (kernel_seam.py).
+                kernel_seam.update(self, param)
+
+    def prepare(self, param):
+        """Count the step and make the state ready on ``param``'s device
+        (the current one), as :meth:`update` does before the step; False,
+        doing nothing, when ``param`` is skipped. A kernel that updates
+        many parameters at once calls it first (kernel_seam.update_all)."""
+        if not self.enabled or param.array is None or param.grad is None:
+            return False
+        self.t += 1
+        if self.state is None:
+            self.init_state(param)
+        else:
+            self._follow_device(param.array)
+        return True
 
     def init_state(self, param):
         """Create every state array as zeros like ``param.array``."""
@@ -401,8 +409,11 @@ class GradientMethod(Optimizer):
         self.call_hooks('pre')
         self.t += 1
         if safe:
-            for param in self.target.params(include_uninit=False):
-                self._rule_of(param).update(param)
+            pairs = [(self._rule_of(param), param)
+                     for param in self.target.params(include_uninit=False)]
+            # a kernel may take them all at once; the rest one by one
+            for rule, param in kernel_seam.update_all(pairs):
+                rule.update(param)
         self.call_hooks('post')
         self.update_loss_scale()
 

@@ -137,7 +137,7 @@ class BatchNormalization(FunctionNode):
         self.keep_statistics(mean, var, inv_std, True)
         return y,
 
-    def keep_statistics(self, mean, var, inv_std, centered):
+    def keep_statistics(self, mean, var, inv_std, centered, running=True):
         """What backward keeps, and the running averages: called by the
         body and by every kernel of this node.
 
@@ -147,6 +147,8 @@ class BatchNormalization(FunctionNode):
             centered: a hint for BatchNormalizationGrad's kernels: whether
                 the forward needed ``x - mean`` for an accurate variance
                 (True is always safe; the body ignores it).
+            running: False when the kernel already updated the running
+                averages (in the launch that computed the statistics).
         """
         self.retain_inputs((0, 1))
         if self.relu:
@@ -155,10 +157,10 @@ class BatchNormalization(FunctionNode):
         # pass over x. x_hat (as big as x) is not kept; backward folds it
         # into its formula at the cost of at most one elementwise pass.
         self.mean, self.inv_std, self.centered = mean, inv_std, centered
-        if self.running_mean is not None:
+        if running and self.running_mean is not None:
             d = self.decay
             self.running_mean[...] = d * self.running_mean + (1 - d) * mean
-        if self.running_var is not None:
+        if running and self.running_var is not None:
             d, m = self.decay, self.lay.m
             self.running_var[...] = (d * self.running_var
                                      + (1 - d) * m / (m - 1) * var)

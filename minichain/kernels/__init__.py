@@ -14,7 +14,7 @@ import importlib
 from minichain import kernel_seam
 from minichain.kernel_seam import (  # noqa: F401 - the seam's names, here
     registry, backends_for, forward, parameters_changed,
-    parameters_version, register, registered, update)
+    parameters_version, register, registered, update, UpdateAll)
 
 for _name, _arrays in (('onednn', 'cpu'), ('numpy', 'cpu'), ('cudnn', 'gpu'),
                        ('cuda', 'gpu')):

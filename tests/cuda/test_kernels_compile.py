@@ -76,7 +76,8 @@ _KERNEL_CLASSES = ('ElementwiseKernel', 'ReductionKernel', 'RawKernel',
 # where minichain builds kernels -> the factory variants.py calls
 _FACTORIES = {('minichain/kernels/cuda/_elementwise.py', 'make_kernel'),
               ('minichain/kernels/cuda/normalization.py', 'make_kernels'),
-              ('minichain/kernels/cuda/optimizers.py', 'make_kernel')}
+              ('minichain/kernels/cuda/optimizers.py', 'make_kernel'),
+              ('minichain/kernels/cuda/optimizers.py', 'make_kernel_all')}
 
 
 def _kernel_constructions():
@@ -107,8 +108,10 @@ def test_every_kernel_source_is_compiled_here():
     assert {(f, fn) for f, fn, _ in built} <= _FACTORIES, built
     names = {k.name for _, _, k, _, _ in LAUNCHES}
     want = {'minichain_' + n for n in _cuda_kernels.SPECS} | {
-        'minichain_bn_' + n for n in ('fwd', 'bwd', 'sum', 'sq_dev',
-                                      'dot_dev')} | {'minichain_momentum_sgd'}
+        'minichain_bn_' + n for n in ('fwd', 'fwd_add', 'bwd', 'sum',
+                                      'sq_dev', 'dot_dev', 'stats',
+                                      'bwd_stats')} | {
+        'minichain_momentum_sgd', 'minichain_momentum_sgd_all'}
     assert names == want
     kinds = {(k.name, kind) for _, kind, k, _, _ in LAUNCHES}
     dtypes = {(k.name, a[0][1].name) for _, _, k, a, _ in LAUNCHES}
@@ -123,8 +126,10 @@ def test_sources_built_here_equal_what_cupy_generates_on_a_device():
     minichain's kernels must be one that ``offline`` generates (so the
     launch shapes of variants.py are the real ones)."""
     from minichain import Variable
-    from minichain import functions as F
+    from minichain import functions as F, kernels, optimizers
     from minichain.kernels.cuda import normalization as K
+    from minichain.kernels.cuda import optimizers as O
+    from tests._holder import Holder
     ours = set()
     for _, kind, kernel, args, extra in LAUNCHES:
         for index32 in (True, False):
@@ -149,8 +154,17 @@ def test_sources_built_here_equal_what_cupy_generates_on_a_device():
         for xin in (x, x.array[:, :, 0, 0].copy()):
             bn = F.batch_normalization(xin, gamma, beta)
             F.sum(bn * bn).backward()
+        link = Holder(w=numpy.ones((3, 2), t))
+        link.to_gpu(0)
+        for wd in (0, 1e-4):
+            opt = optimizers.MomentumSGD(weight_decay_rate=wd).setup(link)
+            link.w.grad = cupy.ones((3, 2), t)
+            opt.update()                                # all at once
+            kernels.update(link.w.update_rule, link.w)  # one parameter
     seen = [(k.name, code) for k in _cuda_kernels._kernels.values()
             for code in k._cached_codes.values()]
+    seen += [(k.name, code) for k in O._kernel + O._kernel_all
+             for code in k._cached_codes.values()]
     seen += [(k.name, code) for ks in K._gpu_kernels.values()
              for k in ks.values() for code in k._cached_codes.values()]
     assert len({n for n, _ in seen}) >= 8, sorted({n for n, _ in seen})

@@ -51,16 +51,31 @@ def _bn_args(t, acc, layout):
         return array(dtype, ndim, contig)
     flat = layout == 'nc'  # reductions: x C-contiguous
     red = dict(in_ndim=nd, out_ndim=1)
+    relu = scalar(numpy.bool_)
     return {
-        'fwd': ('elementwise', [a(t, True), a(acc), a(acc), a(acc),
-                                a(t, True)], {}),
+        'fwd': ('elementwise', [a(t, True)] + [a(acc)] * 3
+                + [relu, a(t, True)], {}),
+        'fwd_add': ('elementwise', [a(t, True)] + [a(acc)] * 3
+                    + [a(t, True), relu, a(t, True)], {}),
         'bwd': ('elementwise', [a(t, True), a(t, True)] + [a(acc)] * 4
                 + [a(t, True)], {}),
         'sum': ('reduction', [a(t, flat, 1 if flat else nd), array(acc)],
                 dict(in_ndim=1 if flat else nd, out_ndim=1)),
-        'sq_dev': ('reduction', [a(t, flat), a(acc), array(acc)], red),
+        'sq_dev': ('reduction', [a(t, flat), a(acc), scalar(acc),
+                                 array(acc)], red),
         'dot_dev': ('reduction', [a(t, flat), a(t, flat), a(acc),
                                   array(acc)], red),
+    }
+
+
+def _bn_channel_args(t, acc):
+    """name -> arguments of the per-channel kernels (1-D arrays; gamma's
+    dtype and the running statistics' are t)."""
+    return {
+        'stats': [array(t)] * 2 + [array(acc)] * 2 + [scalar(acc)] * 5
+        + [array(acc)] * 5 + [array(t)] * 2,
+        'bwd_stats': [array(t)] + [array(acc)] * 3 + [scalar(acc)]
+        + [array(t)] * 2 + [array(acc)] * 3,
     }
 
 
@@ -82,6 +97,9 @@ def launches():
                     _bn_args(t, acc, layout).items()):
                 yield ('bn_{}[{},{}]'.format(name, t, layout), kind, k[name],
                        args, extra)
+        for name, args in sorted(_bn_channel_args(t, acc).items()):
+            yield ('bn_{}[{}]'.format(name, t), 'elementwise', k[name],
+                   args, {})
         # CuPy sums through CUB when the reduced axes are the contiguous
         # ones (e.g. axis=1 of a C-ordered (C, M) input, M >= 128)
         yield ('bn_sum[{},cub]'.format(t), 'cub', k['sum'],
@@ -91,3 +109,7 @@ def launches():
         yield ('momentum_sgd[{}]'.format(t), 'elementwise', sgd,
                [array(t)] + [scalar(t)] * 3 + [scalar(numpy.bool_)]
                + [array(t)] * 2, {})
+    sgd_all = _optimizer_kernels.make_kernel_all(cupy)  # hp, n, table
+    for t in FLOATS:
+        yield ('momentum_sgd_all[{}]'.format(t), 'elementwise', sgd_all,
+               [array(t), scalar(INT32), array(numpy.int64)], {})

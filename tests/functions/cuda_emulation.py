@@ -20,10 +20,11 @@ import numpy
 import pytest
 
 CXX = shutil.which('g++') or shutil.which('c++')
-_C_NAMES = {'int32': 'int', 'bool': 'bool', 'float32': 'float',
-            'float64': 'double'}
-_CTYPES = {'int': ctypes.c_int32, 'bool': ctypes.c_bool,
-           'float': ctypes.c_float, 'double': ctypes.c_double}
+_C_NAMES = {'int32': 'int', 'int64': 'long long', 'bool': 'bool',
+            'float32': 'float', 'float64': 'double'}
+_CTYPES = {'int': ctypes.c_int32, 'long long': ctypes.c_longlong,
+           'bool': ctypes.c_bool, 'float': ctypes.c_float,
+           'double': ctypes.c_double}
 _libs = {}
 
 
@@ -45,9 +46,9 @@ class ElementwiseKernel:
         self.operation, self.name = operation, name
         self.preamble = preamble
 
-    def _source(self, t_name, is_array):
+    def _source(self, types, is_array):
         def c_type(t):
-            return t_name if t == 'T' else _C_NAMES[t]
+            return types.get(t) or _C_NAMES[t]
 
         params, prelude = [], []
         for (raw, t, n), arr in zip(self.ins, is_array):
@@ -59,33 +60,39 @@ class ElementwiseKernel:
                     c_type(t), n))
             else:
                 params.append('{} {}'.format(c_type(t), n))
-        for _, t, n in self.outs:
-            params.append('{}* {}_arr'.format(c_type(t), n))
-            prelude.append('{0}& {1} = {1}_arr[i];'.format(c_type(t), n))
-        return ('typedef {} T;\n{}\nextern "C" void kernel({}, long long size) '
-                '{{\nfor (long long i = 0; i < size; ++i) {{\n{}\n{}\n}}\n}}\n'
-                .format(t_name, self.preamble, ', '.join(params),
+        for raw, t, n in self.outs:
+            params.append('{}* {}{}'.format(c_type(t), n, '' if raw
+                                            else '_arr'))
+            if not raw:
+                prelude.append('{0}& {1} = {1}_arr[i];'.format(c_type(t), n))
+        return ('{}{}\nextern "C" void kernel({}, long long size) '
+                '{{\nfor (long long i = 0; i < size; ++i) {{\n{}\n{};\n}}\n}}\n'
+                .format(''.join('typedef {} {};\n'.format(c, t)
+                                for t, c in sorted(types.items())),
+                        self.preamble, ', '.join(params),
                         '\n'.join(prelude), self.operation))
 
-    def __call__(self, *args):
+    def __call__(self, *args, size=None):
         ins, outs = args[:len(self.ins)], args[len(self.ins):]
         if len(outs) != len(self.outs):
             raise TypeError('{}: pass every output array'.format(self.name))
-        typed = [a for (_, t, _), a in zip(self.ins + self.outs, args)
-                 if t == 'T' and isinstance(a, numpy.ndarray)]
-        t_name = _C_NAMES[typed[0].dtype.name]
+        types = {}  # T (and any other type placeholder): from its arrays
+        for (_, t, _), a in zip(self.ins + self.outs, args):
+            if t not in _C_NAMES and isinstance(a, numpy.ndarray):
+                types.setdefault(t, _C_NAMES[a.dtype.name])
         is_array = [isinstance(a, numpy.ndarray) for a in ins]
-        fn = _compile(self._source(t_name, is_array))
+        fn = _compile(self._source(types, is_array))
         cargs = []
         for (raw, t, n), a in zip(self.ins + self.outs, args):
-            c = t_name if t == 'T' else _C_NAMES[t]
+            c = types.get(t) or _C_NAMES[t]
             if isinstance(a, numpy.ndarray):
                 assert a.flags.c_contiguous, n
                 assert _C_NAMES[a.dtype.name] == c, (n, a.dtype, c)
                 cargs.append(a.ctypes.data_as(ctypes.c_void_p))
             else:
                 cargs.append(_CTYPES[c](a))
-        fn(*cargs, ctypes.c_longlong(outs[0].size))
+        fn(*cargs, ctypes.c_longlong(outs[0].size if size is None
+                                     else size))
 
 
 def _compile(source):

@@ -10,6 +10,7 @@ from minichain.functions.basic_math import MatMul
 from minichain.functions.linear import LinearFunction
 from minichain.kernels.cuda import (  # noqa: F401  (they register)
     convolution, im2col, normalization, optimizers, pooling)
+from minichain.kernels.cuda._gemm import matmul
 
 
 def under_fp32_math(kernel):
@@ -34,14 +35,22 @@ def under_fp32_math(kernel):
 
 
 def products(node, inputs):
-    """The body of a matrix product (linear, matmul) on CuPy: a kernel
-    only so that :func:`under_fp32_math` wraps it."""
+    """The body of a linear layer's product on CuPy: a kernel only so
+    that :func:`under_fp32_math` wraps it."""
     return node.forward(inputs)
+
+
+def matmul_nd(node, inputs):
+    """``MatMul.forward``, a product of more than two dimensions in one
+    cuBLAS call (``_gemm.py``: float16 on tensor cores)."""
+    node.retain_inputs((0, 1))
+    a, b = inputs
+    return matmul(a, b).astype(a.dtype, copy=False),
 
 
 # The convolution nodes: batched products that land in NCHW, no columns
 # for a 1x1 layer (convolution.py).
 convolution.register(lambda node_type, device, kernel: kernels.register(
     node_type, device, under_fp32_math(kernel)))
-for _type in (LinearFunction, MatMul):
-    kernels.register(_type, 'cuda', under_fp32_math(products))
+kernels.register(LinearFunction, 'cuda', under_fp32_math(products))
+kernels.register(MatMul, 'cuda', under_fp32_math(matmul_nd))

@@ -21,8 +21,9 @@ such pass is a full trip through memory. Here:
   channel-major columns (C*kh*kw, B*oh*ow), which cuBLAS reads transposed
   in place, with the group's gy transposed once.
 
-The rest is plain ``xp`` code (CuPy's ``matmul`` broadcasts W over the
-batch with pointer-array batched GEMMs, without copying it). The tests
+The batched products are one cuBLAS call each (``_gemm.matmul``: W
+broadcast over the batch with stride 0, float16 on tensor cores), the
+rest plain ``xp`` code. The tests
 run these functions on NumPy arrays, the two kernels emulated in C++
 (``tests/functions/cuda_emulation.py``), against the op bodies at
 ResNet-50's shapes. Whether float32 products use TF32 tensor
@@ -35,6 +36,7 @@ from minichain import backend
 from minichain.functions import convolution as _conv
 from minichain.functions.geometry import Geometry, conv_outsize, is_pointwise
 from minichain.kernels.cuda._elementwise import col2im, im2col
+from minichain.kernels.cuda._gemm import matmul
 
 # The columns of one image group at most this many bytes: large enough for
 # cuBLAS to run near its peak on ResNet-50's layers (a 56x56 3x3 layer of
@@ -103,11 +105,11 @@ def conv_forward(x, W, g, groups):
     ys = y.reshape(n, groups, o // groups, p)      # NCHW, as the product's
     picked = _strided_pointwise(x, g)
     if picked is not None:                         # 1x1: no columns at all
-        xp.matmul(w, picked.reshape(n, groups, c // groups, p), out=ys)
+        matmul(w, picked.reshape(n, groups, c // groups, p), out=ys)
         return y
     for n0, n1 in _image_groups(n, c * g.kh * g.kw * p * x.dtype.itemsize):
         col = im2col(x[n0:n1], g, batch_major=True)  # (B, C, kh, kw, oh, ow)
-        xp.matmul(w, col.reshape(n1 - n0, groups, -1, p), out=ys[n0:n1])
+        matmul(w, col.reshape(n1 - n0, groups, -1, p), out=ys[n0:n1])
     return y
 
 
@@ -123,7 +125,7 @@ def deconv_forward(x, W, g, groups):
         W.reshape(groups, o // groups, -1).transpose(0, 2, 1))
     xs = x.reshape(n, groups, o // groups, p)
     if is_pointwise(g):                            # 1x1: W^T @ x[n]
-        return xp.matmul(wt, xs).reshape(n, c, g.h, g.w)
+        return matmul(wt, xs).reshape(n, c, g.h, g.w)
     fpad = (g.dy * (g.kh - 1) - g.ph, g.dx * (g.kw - 1) - g.pw)
     if (g.sy, g.sx) == (1, 1) and min(fpad) >= 0:
         # conv^T with stride 1 is a convolution with the kernel flipped and
@@ -131,7 +133,7 @@ def deconv_forward(x, W, g, groups):
         flipped = Geometry(g.kh, g.kw, 1, 1, fpad[0], fpad[1], g.dy, g.dx,
                            g.oh, g.ow, g.h, g.w)
         return conv_forward(x, _flipped_weight(W, groups), flipped, groups)
-    ys = [col2im(xp.matmul(wt, xs[n0:n1]).reshape(
+    ys = [col2im(matmul(wt, xs[n0:n1]).reshape(
         n1 - n0, c, g.kh, g.kw, g.oh, g.ow), g, batch_major=True)
           for n0, n1 in _image_groups(n, c * g.kh * g.kw * p
                                       * x.dtype.itemsize)]

@@ -17,9 +17,12 @@ def make_kernels(cupy, acc):
     """The CuPy kernels of batch normalization whose statistics are of dtype
     ``acc`` (``'float32'`` for float16 and float32 inputs, ``'float64'``).
 
-    ``T`` is the input's dtype; sums, means and per-channel factors are
-    ``acc``, so that a float16 input never holds a sum. Also called by
-    ``tests/cuda`` to compile every kernel without a GPU.
+    ``T`` is the input's dtype, ``G`` gamma's, ``R`` the running
+    statistics'; sums, means and per-channel factors are ``acc``, so that a
+    float16 input never holds a sum. Four launches a way: two reductions,
+    one kernel for all the per-channel arithmetic (and the running
+    averages), one pass over x that adds the residual and applies ReLU.
+    Also called by ``tests/cuda`` to compile every kernel without a GPU.
     """
     c = {'float32': 'float', 'float64': 'double'}[acc]
 
@@ -27,22 +30,53 @@ def make_kernels(cupy, acc):
         return cupy.ReductionKernel(
             in_params, acc + ' y', expr, 'a + b', 'y = a', '0',
             'minichain_bn_' + name, reduce_type=c)
-    dev = '(({})x - mean)'.format(c)
+
+    def kernel(in_params, out_params, body, name):
+        return cupy.ElementwiseKernel(
+            in_params.format(acc), out_params.format(acc),
+            body.format(c=c, dev='(({})x - mean)'.format(c)),
+            'minichain_bn_' + name)
+    relu = 'if (relu && ({c})y < 0) y = (T)0.f;'
     return {
-        # per-channel sums of (x - mean)^2 and gy * (x - mean), reading
-        # the big arrays once and writing no temporaries
-        'sq_dev': reduction('T x, {} mean'.format(acc),
-                            '{0} * {0}'.format(dev), 'sq_dev'),
-        'dot_dev': reduction('T gy, T x, {} mean'.format(acc),
-                             '({})gy * {}'.format(c, dev), 'dot_dev'),
+        # per-channel sums of x, (x - mean)^2 and gy * (x - mean), reading
+        # the big arrays once and writing no temporaries (sq_dev takes the
+        # sum: mean = s / m, as the statistics kernel computes it)
         'sum': reduction('T x', 'x', 'sum'),
-        'fwd': cupy.ElementwiseKernel(
-            'T x, {0} mean, {0} scale, {0} beta'.format(acc), 'T y',
-            'y = (T)({} * scale + beta)'.format(dev), 'minichain_bn_fwd'),
-        'bwd': cupy.ElementwiseKernel(
-            'T gy, T x, {0} mean, {0} a, {0} q, {0} r'.format(acc), 'T gx',
-            'gx = (T)(a * (({})gy - q * {} + r))'.format(c, dev),
-            'minichain_bn_bwd'),
+        'sq_dev': reduction(
+            'T x, {0} s, {0} m'.format(acc),
+            '(({0})x - s / m) * (({0})x - s / m)'.format(c), 'sq_dev'),
+        'dot_dev': reduction('T gy, T x, {} mean'.format(acc),
+                             '({0})gy * (({0})x - mean)'.format(c),
+                             'dot_dev'),
+        'stats': kernel(
+            'G gamma, G beta, {0} s, {0} sq, {0} m, {0} eps, {0} d, '
+            '{0} c1, {0} c2', '{0} mean, {0} var, {0} inv_std, {0} scale, '
+            '{0} shift, R rm, R rv', """
+            mean = s / m;
+            var = sq / m;
+            inv_std = 1 / sqrt(var + eps);
+            scale = ({c})gamma * inv_std;
+            shift = ({c})beta;
+            rm = (R)(d * ({c})rm + c1 * mean);
+            rv = (R)(d * ({c})rv + c2 * var);""", 'stats'),
+        'fwd': kernel('T x, {0} mean, {0} scale, {0} beta, bool relu',
+                      'T y', 'y = (T)({dev} * scale + beta); ' + relu,
+                      'fwd'),
+        'fwd_add': kernel(
+            'T x, {0} mean, {0} scale, {0} beta, T r, bool relu', 'T y',
+            'y = (T)({dev} * scale + beta) + r; ' + relu, 'fwd_add'),
+        'bwd_stats': kernel(
+            'G gamma, {0} gsum, {0} dot, {0} inv_std, {0} m',
+            'G ggamma, G gbeta, {0} a, {0} q, {0} r', """
+            const {c} gg = inv_std * dot;
+            ggamma = (G)gg;
+            gbeta = (G)gsum;
+            a = ({c})gamma * inv_std;
+            q = inv_std * gg / m;
+            r = -gsum / m;""", 'bwd_stats'),
+        'bwd': kernel(
+            'T gy, T x, {0} mean, {0} a, {0} q, {0} r', 'T gx',
+            'gx = (T)(a * (({c})gy - q * {dev} + r))', 'bwd'),
     }
 
 
@@ -59,45 +93,51 @@ def _channels(lay, acc, *arrays):
     return [a.astype(acc, copy=False).reshape(lay.bshape) for a in arrays]
 
 
-def gpu_forward(x, gamma, beta, eps, lay, residual=None, relu=False):
+def gpu_forward(x, gamma, beta, eps, lay, residual=None, relu=False,
+                running=None):
     """Training forward on CuPy: ``(y, mean, var, inv_std, centered)`` as
     the NumPy kernel's ``cpu_forward`` (statistics of dtype
-    :func:`acc_dtype`; ``residual`` and ``relu`` as two more passes, not
-    yet fused into the kernel)."""
+    :func:`acc_dtype`), with ``relu(y + residual)`` in the same pass;
+    ``running``: ``(running_mean, running_var, decay)`` to update as
+    ``keep_statistics`` does, in the statistics' launch (arrays of gamma's
+    dtype), or None."""
     cupy = backend.get_cupy()
     k, acc = _kernels(x.dtype), acc_dtype(x.dtype)
-    mean = k['sum'](x, axis=lay.axes) / lay.m
-    mb, = _channels(lay, acc, mean)
-    var = k['sq_dev'](x, mb, axis=lay.axes) / lay.m
-    inv_std = 1 / cupy.sqrt(var + eps)
-    y = k['fwd'](x, mb, *_channels(lay, acc, gamma * inv_std, beta))
-    if residual is not None:
-        y += residual
-    if relu:
-        cupy.maximum(y, y.dtype.type(0), out=y)
+    m = lay.m
+    s = k['sum'](x, axis=lay.axes)
+    sq = k['sq_dev'](x, *_channels(lay, acc, s), m, axis=lay.axes)
+    stats = [cupy.empty(s.shape, acc) for _ in range(5)]
+    rm, rv, d = running or (cupy.empty_like(gamma), cupy.empty_like(gamma),
+                            0.0)  # (nothing to keep: scratch arrays)
+    c2 = (1 - d) * m / (m - 1) if m > 1 else 0.0
+    k['stats'](gamma, beta, s, sq, m, eps, d, 1 - d, c2, *stats, rm, rv)
+    mean, var, inv_std, scale, shift = stats
+    channels = _channels(lay, acc, mean, scale, shift)
+    if residual is None:
+        y = k['fwd'](x, *channels, relu)
+    else:
+        y = k['fwd_add'](x, *channels, residual, relu)
     return y, mean, var, inv_std, True
 
 
 def gpu_backward(x, gamma, gy, mean, inv_std, centered, lay):
     """Fused gradients on CuPy (the formula of the NumPy kernel's
     ``cpu_backward``, with ``x - mean`` computed on the fly inside the
-    kernels)."""
+    kernels): two reductions, the per-channel factors, one pass for gx."""
     k, acc = _kernels(x.dtype), acc_dtype(x.dtype)
-    m = lay.m
     mb, = _channels(lay, acc, mean)
-    gbeta = k['sum'](gy, axis=lay.axes)
-    ggamma = inv_std * k['dot_dev'](gy, x, mb, axis=lay.axes)
-    q = inv_std * ggamma / m
-    a, qb, rb = _channels(lay, acc, gamma * inv_std, q, -gbeta / m)
-    gx = k['bwd'](gy, x, mb, a, qb, rb)
-    return gx, ggamma.astype(gamma.dtype), gbeta.astype(gamma.dtype)
+    gsum = k['sum'](gy, axis=lay.axes)
+    dot = k['dot_dev'](gy, x, mb, axis=lay.axes)
+    ggamma, gbeta, a, q, r = k['bwd_stats'](gamma, gsum, dot, inv_std, lay.m)
+    gx = k['bwd'](gy, x, mb, *_channels(lay, acc, a, q, r))
+    return gx, ggamma, gbeta
 
 
 def affine(x, mean, scale, beta, lay):
     """``(x - mean) * scale + beta`` with channel arrays broadcast, in one
     fused kernel."""
     return _kernels(x.dtype)['fwd'](
-        x, *_channels(lay, acc_dtype(x.dtype), mean, scale, beta))
+        x, *_channels(lay, acc_dtype(x.dtype), mean, scale, beta), False)
 
 
 def batch_normalization(node, inputs):
@@ -105,9 +145,20 @@ def batch_normalization(node, inputs):
         return None
     x, gamma, beta = inputs[:3]
     residual = inputs[3] if len(inputs) == 4 else None
+    if residual is not None and (residual.dtype, residual.shape) != (
+            x.dtype, x.shape):
+        return None  # (the body's sum broadcasts or promotes)
+    rm, rv = node.running_mean, node.running_var
+    running = None
+    if (rm is not None and rv is not None and node.lay.m > 1
+            and kernels.on_cupy((rm, rv))
+            and rm.dtype == rv.dtype == gamma.dtype
+            and rm.shape == rv.shape == gamma.shape):
+        running = rm, rv, node.decay
     y, mean, var, inv_std, centered = gpu_forward(
-        x, gamma, beta, node.eps, node.lay, residual, node.relu)
-    node.keep_statistics(mean, var, inv_std, centered)
+        x, gamma, beta, node.eps, node.lay, residual, node.relu, running)
+    node.keep_statistics(mean, var, inv_std, centered,
+                         running=running is None)
     return y,
 
 
