@@ -145,7 +145,10 @@ def update_all(pairs):
     which the optimizer updates one by one (all of them here)."""
     global _parameters_version
     _parameters_version += 1
-    for backend in backends_for([param.array for _, param in pairs[:1]]):
+    # one array of each kind (NumPy, CuPy) asks for its backends
+    firsts = {type(param.array): param.array for _, param in pairs}
+    names = [b for a in firsts.values() for b in backends_for([a])]
+    for backend in dict.fromkeys(names):  # a kernel returns what it leaves
         kernel = registered(UpdateAll, backend)
         if kernel is not None:
             pairs = kernel(pairs)

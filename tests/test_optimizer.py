@@ -261,6 +261,38 @@ def test_gpu_matches_cpu(make):
                                   atol=1e-6)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not backend.gpu_available(), reason='no CUDA GPU')
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float16])
+def test_gpu_momentum_step_in_one_launch_equals_the_rules(dtype):
+    # MomentumSGD.update with the kernels (the whole step in one launch,
+    # its state made at the first step inside it) and without them, from
+    # the same start: the same bytes, a parameter with its own lr and an
+    # empty one included.
+    from minichain.configuration import using_config
+    rng = numpy.random.default_rng(1)
+    shapes = {'a': (3, 4), 'b': (5,), 'c': (0,)}
+    start = {k: rng.standard_normal(s).astype(dtype)
+             for k, s in shapes.items()}
+    grads = [{k: rng.standard_normal(s).astype(dtype)
+              for k, s in shapes.items()} for _ in range(3)]
+    results = []
+    for use in (True, False):
+        link = Holder(**{k: v.copy() for k, v in start.items()})
+        link.to_gpu()
+        opt = optimizers.MomentumSGD(lr=0.1, momentum=0.9).setup(link)
+        link.b.update_rule.hyperparam.lr = 0.01
+        with using_config('use_kernels', use):
+            for step in grads:
+                for k, g in step.items():
+                    getattr(link, k).grad = backend.to_gpu(g)
+                opt.update()
+        results.append({k: backend.to_cpu(getattr(link, k).array)
+                        for k in shapes})
+    for k in shapes:
+        assert results[0][k].tobytes() == results[1][k].tobytes(), k
+
+
 # -- loss scaling (Chainer v7's optimizer.loss_scaling) -----------------------
 class _Square(minichain.Link):
     """loss = sum(w * w * k) / 2: the gradient is w * k."""

@@ -25,6 +25,11 @@ def _ptr(array):
     return array.data.ptr
 
 
+def _on_current_device(*arrays):
+    current = backend.get_cupy().cuda.Device().id
+    return all(a.device.id == current for a in arrays)
+
+
 def _stride(a, batch):
     """a's batch stride in elements: 0 when it is one matrix broadcast over
     the batch, its matrix size when C-contiguous over all of it."""
@@ -49,6 +54,9 @@ def matmul(a, b, out=None):
             and k == b.shape[-2] and 0 not in batch + (m, n, k)
             and _stride(a, batch) is not None
             and _stride(b, batch) is not None
+            # the current device's cuBLAS handle (CuPy's matmul checks
+            # peer access for arrays of another device)
+            and _on_current_device(a, b)
             and (out is None or (out.dtype == a.dtype
                                  and out.shape == batch + (m, n)
                                  and out.flags.c_contiguous))):

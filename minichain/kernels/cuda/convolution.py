@@ -161,8 +161,10 @@ def conv_grad_w(x, gy, g, groups, w_shape):
             b, groups, o // groups, p).transpose(1, 2, 0, 3)).reshape(
                 groups, o // groups, b * p)
         part = xp.empty((groups, o // groups, k), x.dtype)
-        for i in range(groups):  # 2-D: cuBLAS reads col[i].T in place
-            xp.dot(gyt[i], col[i].T, out=part[i])
+        if groups == 1:  # 2-D: cuBLAS reads col[0].T in place
+            xp.dot(gyt[0], col[0].T, out=part[0])
+        else:  # one batched launch, not one per group
+            xp.matmul(gyt, col.transpose(0, 2, 1), out=part)
         acc = part if acc is None else xp.add(acc, part, out=acc)
     return acc.reshape(w_shape)
 

@@ -69,6 +69,7 @@ def cublas(monkeypatch):
     monkeypatch.setattr(backend, 'get_cublas', lambda: fake)
     monkeypatch.setattr(kernels, 'on_cupy', lambda arrays: True)
     monkeypatch.setattr(_gemm, '_ptr', lambda a: a.ctypes.data)
+    monkeypatch.setattr(_gemm, '_on_current_device', lambda *arrays: True)
     return fake
 
 
