@@ -15,7 +15,11 @@ from minichain.dist import launcher
 
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'workers')
 
-Result = collections.namedtuple('Result', 'returncode output elapsed timed_out')
+# ranks_gone: on a timeout, the launcher still ran but no process under it
+# did (every rank had exited or was a zombie it never reaped)
+Result = collections.namedtuple(
+    'Result', 'returncode output elapsed timed_out ranks_gone',
+    defaults=(False,))
 REQUIRE = 'MINICHAIN_REQUIRE_MPI'  # set: a missing launcher fails
 
 
@@ -105,9 +109,12 @@ def launcher_wedged(res):
     written) it logs ORTE_WEDGE, every rank has exited, and mpirun
     neither exits nor reaps them, nor ends on SIGTERM (seen in 1 of 10
     runs of leave_main.py at 3 ranks, 2026-12-04; with
-    ``orte_base_help_aggregate 0`` too). Such a job is rerun, as one whose
-    launcher crashed."""
-    return res.timed_out and ORTE_WEDGE in res.output
+    ``orte_base_help_aggregate 0`` too). The log line does not always come
+    (the CI run of 2026-12-04 20:15: the verdicts, then silence): the
+    process tree says it too, when no process under the launcher still
+    runs at the timeout (``ranks_gone``). Such a job is rerun, as one whose
+    launcher crashed; a hang of the ranks themselves never is."""
+    return res.timed_out and (ORTE_WEDGE in res.output or res.ranks_gone)
 
 
 def _run_once(cmd, full_env, timeout):
@@ -119,10 +126,35 @@ def _run_once(cmd, full_env, timeout):
         out, _ = proc.communicate(timeout=timeout)
         timed_out = False
     except subprocess.TimeoutExpired:
+        ranks_gone = _running_under(proc.pid) == []
         out, _ = stop(proc)
-        timed_out = True
+        return Result(proc.returncode, out.decode(errors='replace'),
+                      time.monotonic() - start, True, ranks_gone)
     return Result(proc.returncode, out.decode(errors='replace'),
                   time.monotonic() - start, timed_out)
+
+
+def _running_under(pid):
+    """The processes below ``pid`` (children, theirs...) that still run,
+    not zombies; None where there is no /proc to tell."""
+    if not os.path.isdir('/proc'):
+        return None
+    parents = {}
+    for entry in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            with open('/proc/{}/stat'.format(entry)) as f:
+                fields = f.read().rsplit(')', 1)[1].split()
+        except (OSError, IndexError):  # not a process, or gone meanwhile
+            continue
+        parents.setdefault(int(fields[1]), []).append((int(entry),
+                                                       fields[0]))
+    running, todo = [], [pid]
+    while todo:
+        for child, state in parents.get(todo.pop(), ()):
+            todo.append(child)
+            if state != 'Z':
+                running.append(child)
+    return running
 
 
 def stop(proc, grace=10):

@@ -1,7 +1,9 @@
 """minichain.dist.launcher: one setting chooses the MPI launcher."""
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -140,3 +142,28 @@ def test_only_the_launchers_own_teardown_hang_is_rerun():
     assert not launcher_wedged(Result(70, wedged, 3.0, False))
     # a hang of the ranks themselves is the test's failure, never rerun
     assert not launcher_wedged(Result(-9, '[rank 0] waiting\n', 100.0, True))
+    # without the log line: no process under the launcher ran any more
+    assert launcher_wedged(Result(-9, '[rank 0] ending the job\n', 100.0,
+                                  True, ranks_gone=True))
+
+
+@pytest.mark.skipif(not os.path.isdir('/proc'), reason='no /proc')
+def test_a_launcher_over_exited_ranks_is_told_from_one_over_running_ranks():
+    # sh starts a child, then becomes a sleep that never reaps it: the
+    # child is a zombie under a live parent, as the ranks under a wedged
+    # mpirun are; or the child still runs, as ranks in a hang do.
+    from tests.dist._launch import _running_under
+    for child, expected in (('true', 0), ('sleep 30', 1)):
+        proc = subprocess.Popen(['sh', '-c', child + ' & exec sleep 30'],
+                                start_new_session=True)
+        try:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                running = _running_under(proc.pid)
+                if len(running) == expected:
+                    break
+                time.sleep(0.05)
+            assert len(running) == expected, running
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
