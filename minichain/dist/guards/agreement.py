@@ -104,9 +104,8 @@ def header(wire, agree=None, on_mismatch=None, maxes=(), root=None,
 def _mismatch(wire, kind, agree, step, on_mismatch):
     """Raise, on every rank, what the ranks disagree on: a Failure's error
     first, then different steps, then different ``agree`` values."""
-    values = wire.allgather_obj((agree, step))
-    raise_failures([a for a, _ in values])
-    steps = [s for _, s in values]
+    agreed, steps = zip(*wire.allgather_obj((agree, step)))
+    raise_failures(agreed)
     if len(set(steps)) > 1:
         raise CollectiveMismatchError(
             '{}: the ranks are at different training steps: {} (a rank '
@@ -115,7 +114,7 @@ def _mismatch(wire, kind, agree, step, on_mismatch):
             'number of times; see minichain.dist.join for shards of '
             'different lengths)'.format(kind, by_rank(
                 steps, lambda s: 'update {}'.format(s + 1))))
-    raise (on_mismatch or _differ(kind))([a for a, _ in values])
+    raise (on_mismatch or _differ(kind))(list(agreed))
 
 
 def _differ(kind):

@@ -108,16 +108,22 @@ class _Tap(FunctionNode):
         return grad_outputs[0],
 
 
+def _overlapped_convnet(comm):
+    """A seeded ConvNet under an overlapped SGD in nearly one bucket per
+    parameter, and a batch of two."""
+    model = M.seeded(M.ConvNet, 1)
+    opt = dist.create_multi_node_optimizer(
+        optimizers.SGD(lr=0.1), comm, overlap=True, bucket_mb=TINY_MB)
+    opt.setup(model)
+    return (model, opt) + tuple(_data(n=2))
+
+
 def overlap_launches_during_backward(comm):
     # Checked from the order of events, not from timing: when the last
     # function of backward runs (a tap on the input, below the first
     # layer), every bucket has been launched; when the first gradient is
     # final (the classifier's), none has; between them they go one by one.
-    model = M.seeded(M.ConvNet, 1)
-    opt = dist.create_multi_node_optimizer(
-        optimizers.SGD(lr=0.1), comm, overlap=True, bucket_mb=TINY_MB)
-    opt.setup(model)
-    x, t = _data(n=2)
+    model, opt, x, t = _overlapped_convnet(comm)
     log = []
     reducer = opt.reducer
 
@@ -146,11 +152,7 @@ def overlap_hashes_a_layout_once(comm):
     # the layout, the overlapped averaging wrote out and hashed the repr
     # of the whole model at every step).
     from minichain.dist.guards import agreement
-    model = M.seeded(M.ConvNet, 1)
-    opt = dist.create_multi_node_optimizer(
-        optimizers.SGD(lr=0.1), comm, overlap=True, bucket_mb=TINY_MB)
-    opt.setup(model)
-    x, t = _data(n=2)
+    model, opt, x, t = _overlapped_convnet(comm)
 
     def loss():
         return F.softmax_cross_entropy(model(x), t)
