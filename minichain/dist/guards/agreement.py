@@ -11,13 +11,11 @@ bad argument on one rank) travels in it too, so that every rank raises it.
 It replaces the small exchanges the collectives made anyway (shapes,
 lengths), so that the training path pays no extra message for it.
 """
-import array
 import hashlib
 import zlib
 
 import numpy
 
-from minichain.dist import mpi
 from minichain.dist.failures import (  # noqa: F401 - also public here
     Failure, attempt, by_rank, format_ranks, raise_failures)
 
@@ -74,8 +72,9 @@ def header(wire, agree=None, on_mismatch=None, maxes=(), root=None,
         raise ValueError('header: at most {} maxes and {} root values'
                          .format(N_MAXES, N_ROOT))
     kind, _, seq = wire.current()
-    # A Python list, one array for MPI and back: a numpy operation per
-    # slot would cost more than the allreduce itself (every step has one).
+    # A Python list, one array for MPI and back (the wire's allreduce_max):
+    # a numpy operation per slot would cost more than the allreduce itself
+    # (every step has one).
     v = [_UNSET] * HEADER_SIZE
     v[8:8 + len(maxes)] = map(int, maxes)  # numpy ints too
     if wire.rank == root:
@@ -84,10 +83,7 @@ def header(wire, agree=None, on_mismatch=None, maxes=(), root=None,
         code, h = _code(kind), layout_hash(agree)
         s = -1 if step is None else int(step)
         v[:8] = code, -code, seq, -seq, h, -h, s, -s
-        buf = array.array('q', v)
-        MPI = mpi.import_mpi()
-        wire.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
-        v = buf.tolist()
+        v = wire.allreduce_max(v)
         if v[0] != -v[1] or v[2] != -v[3]:
             calls = wire.allgather_obj((wire.describe(), seq, agree if (
                 kind == RAISE) else None))
@@ -97,7 +93,8 @@ def header(wire, agree=None, on_mismatch=None, maxes=(), root=None,
         if v[4] != -v[5] or v[6] != -v[7]:
             _mismatch(wire, kind, agree, step, on_mismatch)
     wire.joined = seq
-    raise_failures([agree])
+    if isinstance(agree, Failure):  # a local error, raised here only
+        raise_failures([agree])
     return tuple(v[8:8 + len(maxes)]), tuple(v[12:12 + len(root_values)])
 
 

@@ -117,10 +117,18 @@ def agree(wire, layout, where, count=0, step=None, maxes=()):
     """
     # A tuple, so that the header hashes a model's layout once (see
     # agreement.layout_hash), not at every step.
-    combined, _ = header(wire, tuple(layout), lambda layouts: (
-        ModelMismatchError(mismatch_message(where, layouts))),
-        maxes=(count,) + tuple(maxes), step=step)
+    combined, _ = header(wire, tuple(layout), _differ(where),
+                         maxes=(count,) + tuple(maxes), step=step)
     return combined
+
+
+def _differ(where):
+    """The header's ``on_mismatch`` for a model's layout."""
+    return lambda layouts: ModelMismatchError(mismatch_message(where,
+                                                               layouts))
+
+
+_MEAN_GRAD_DIFFERS = _differ('multi_node_mean_grad')
 
 
 def check_same_model(comm, model):
@@ -217,10 +225,11 @@ def plan_grads(wire, named_params, zero_fill, extra=(), step=None,
         n_missing += g is None
     flags = () if active is None else (int(not active), int(bool(active)))
     layout += extra
-    n_missing, *joined = agree(wire, layout, 'multi_node_mean_grad',
-                               n_missing, step, flags)
-    MPI = mpi.import_mpi()
+    # agree()'s header, called here: at 4 KB every call counts
+    (n_missing, *joined), _ = header(wire, tuple(layout), _MEAN_GRAD_DIFFERS,
+                                     maxes=(n_missing,) + flags, step=step)
     n_active = wire.size
+    MPI = mpi.import_mpi()
     if joined and joined[0]:  # some rank ran out of data: count the others
         if not joined[1]:
             return [], 0

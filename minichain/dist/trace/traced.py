@@ -40,13 +40,19 @@ class Traced:
         super().__init__(mpi_comm, allreduce_grad_dtype)
         timeline.start_from_env(self)
 
+    # The two steps of every averaging test first whether anything records:
+    # an empty span's call and ``with`` cost 3% of a 4 KB averaging.
     def plan_grads(self, model, zero_fill=False, step=None, active=None):
+        if timeline.active is None:
+            return super().plan_grads(model, zero_fill, step, active)
         # A rank that arrives early at the header waits there for the
         # slower one, so the timeline names that wait.
         with timeline.span('sync'):
             return super().plan_grads(model, zero_fill, step, active)
 
     def allreduce_packed(self, buf):
+        if timeline.active is None:
+            return super().allreduce_packed(buf)
         with timeline.span('allreduce', buf.nbytes):
             super().allreduce_packed(buf)
 

@@ -26,6 +26,7 @@ GENERIC_CHECKS = ('ranks_and_factory', 'array_collectives',
                   'mnbn_gradcheck', 'mnbn_matches_full_batch',
                   'mnbn_device_formula', 'mnbn_model_copy',
                   'local_errors_everywhere', 'collective_kinds_compared',
+                  'header_persistent_request',
                   'join_uneven_shards', 'nan_check',
                   'mnbn_global_batch_of_one', 'mnbn_nan_refused_everywhere')
 OVERLAP_CHECKS = ('overlap_equivalence_mlp',

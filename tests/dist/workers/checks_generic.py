@@ -321,6 +321,26 @@ def collective_kinds_compared(comm):
     _same_on_every_rank(comm, msg)
 
 
+def header_persistent_request(comm):
+    """The header's MAX allreduce is one persistent request where the MPI
+    has them (MPI 4: MPICH), a new Iallreduce where not (Open MPI 4.1);
+    either way the values are combined, and another length works too."""
+    if comm.size == 1:
+        return
+    from mpi4py import MPI
+    wire = comm.wire
+    comm.allreduce_obj(1)  # a collective: its header made the request
+    buf, request = wire.maxes
+    assert (request is not None) == (MPI.Get_version() >= (4, 0)), (
+        MPI.Get_version(), request)
+    top = comm.size - 1
+    for _ in range(2):  # the persistent request again
+        got = wire.allreduce_max([comm.rank] * 15 + [-comm.rank])
+        assert got == [top] * 15 + [0], got
+    assert wire.allreduce_max([comm.rank, 3]) == [top, 3]
+    assert wire.maxes[0] is buf
+
+
 def join_uneven_shards(comm):
     # Rank r has r + 1 batches of 2: inside join every update averages over
     # the ranks that still have data and every rank applies it, as one
