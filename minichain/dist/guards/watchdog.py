@@ -188,7 +188,7 @@ class Wire:
         self.outbox = []           # [(request, bytes)] of notes in flight
         self.waiting = None        # what this rank waits for, while it does
         self.on_stall = None       # run before giving up (see wait_until)
-        self.maxes = None          # (buffer, request) of allreduce_max
+        self.persistent_max = None          # (buffer, request) of allreduce_max
         if self.polling and self.size > 1:
             self.side = self.comm.Dup()
             world = mpi.import_mpi().COMM_WORLD.Get_group()
@@ -336,9 +336,9 @@ class Wire:
         posting a new Iallreduce costs 2.3, and a 4 KB averaging is made of
         such microseconds. A length other than the first's, or an MPI
         without persistent collectives (Open MPI 4.1), posts a new one."""
-        if self.maxes is None:
-            self.maxes = _persistent_max(self.comm, len(values))
-        buf, request = self.maxes
+        if self.persistent_max is None:
+            self.persistent_max = _persistent_max(self.comm, len(values))
+        buf, request = self.persistent_max
         MPI = mpi.import_mpi()
         if request is None or len(values) != len(buf):
             buf = array.array('q', values)
@@ -352,9 +352,9 @@ class Wire:
     def free(self):
         """Free the duplicates (collective, like MPI_Comm_free)."""
         _wires.discard(self)
-        if self.maxes and self.maxes[1] is not None:
-            self.maxes[1].Free()
-        self.maxes = None
+        if self.persistent_max and self.persistent_max[1] is not None:
+            self.persistent_max[1].Free()
+        self.persistent_max = None
         for comm in (self.side, self.comm):
             if comm is not None:
                 comm.Free()

@@ -330,7 +330,7 @@ def header_persistent_request(comm):
     from mpi4py import MPI
     wire = comm.wire
     comm.allreduce_obj(1)  # a collective: its header made the request
-    buf, request = wire.maxes
+    buf, request = wire.persistent_max
     assert (request is not None) == (MPI.Get_version() >= (4, 0)), (
         MPI.Get_version(), request)
     top = comm.size - 1
@@ -338,7 +338,7 @@ def header_persistent_request(comm):
         got = wire.allreduce_max([comm.rank] * 15 + [-comm.rank])
         assert got == [top] * 15 + [0], got
     assert wire.allreduce_max([comm.rank, 3]) == [top, 3]
-    assert wire.maxes[0] is buf
+    assert wire.persistent_max[0] is buf
 
 
 def join_uneven_shards(comm):
