@@ -188,7 +188,7 @@ class Wire:
         self.outbox = []           # [(request, bytes)] of notes in flight
         self.waiting = None        # what this rank waits for, while it does
         self.on_stall = None       # run before giving up (see wait_until)
-        self.persistent_max = None          # (buffer, request) of allreduce_max
+        self.persistent_max = None  # (buffer, request): allreduce_max
         if self.polling and self.size > 1:
             self.side = self.comm.Dup()
             world = mpi.import_mpi().COMM_WORLD.Get_group()
