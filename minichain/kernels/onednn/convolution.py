@@ -202,14 +202,19 @@ def _backward_data_plan(gy, W, gx_shape, geo, math):
 
 
 # -- Convolution2DGradW: the convolution's backward weights ---------------------
+# Under 'bf16' the weight gradient reads x and gy as bfloat16 and writes
+# float32, as the forward and the backward data do, except for an input
+# of fewer channels than this (an RGB or grey stem), where oneDNN's
+# bfloat16 code took 1.6-2.2x float32's time. Elsewhere float32 time /
+# bf16 time (x and gy float32 channels-last, reordered by the plan; 2
+# threads, AMD EPYC Zen 4, 2026-12-04) was 1.2-2.0x for the 3x3 at 14x14,
+# 7x7 and 4x4, 1.0-1.6x for the 1x1 (strided ones too), and 1.3-1.4x over
+# a small2 step's weight gradients (one process alternating the two). A
+# loaded run had measured 0.50x, and kept them float32 for a while.
+_BF16_GRAD_W_MIN_CHANNELS = 16
+
+
 def convolution_2d_grad_w(node, inputs):
-    # float32 whatever config.fp32_math says: oneDNN 3.2's bfloat16
-    # backward weights (float32 diff_weights) measured slower than its
-    # float32 one over ResNet-50's convolutions at 32 x 28 small2: float32
-    # time / bf16 time 0.50 in all (0.25-0.40 for 3x3 on 4x4 maps and the
-    # 3-channel stem, 1.0-3.9 on some 1x1), where the forward gained 1.72x
-    # and the backward data 1.80x (interleaved, 2 threads, AMD EPYC Zen 4,
-    # 2026-12-04, a loaded machine).
     x, gy = inputs
     if not _usable(node, gy.shape, x, gy):
         return None
@@ -218,21 +223,27 @@ def convolution_2d_grad_w(node, inputs):
                     node.pad, node.dilate)
     if _padded(geo) and not L.finite(gy):
         return None
-    key = ('grad_w', x.shape, x.strides, gy.shape, gy.strides, w_shape, geo)
-    plan = cached(key, lambda: _backward_weights_plan(x, gy, w_shape, geo))
+    math = (_fpmath.mode() if x.shape[1] >= _BF16_GRAD_W_MIN_CHANNELS
+            else 'strict')
+    key = ('grad_w', x.shape, x.strides, gy.shape, gy.strides, w_shape, geo,
+           math)
+    plan = cached(key, lambda: _backward_weights_plan(x, gy, w_shape, geo,
+                                                      math))
     if plan is None:
         return None
     node.retain_inputs((0, 1))
     return plan({L.ARG_SRC: x, L.ARG_DIFF_DST: gy})[L.ARG_DIFF_WEIGHTS],
 
 
-def _backward_weights_plan(x, gy, w_shape, geo):
+def _backward_weights_plan(x, gy, w_shape, geo, math):
     user = {L.ARG_SRC: L.of(x), L.ARG_DIFF_DST: L.of(gy)}
     if None in user.values():
         return None
-    src, diff_w, diff_dst = _mds(_on_nhwc(w_shape[2:], gy.shape), x.shape,
-                                 w_shape, gy.shape)
-    hint = _forward_pd(src, diff_w, diff_dst, geo)
+    nhwc = _on_nhwc(w_shape[2:], gy.shape)
+    src, diff_w, diff_dst = _mds(nhwc, x.shape, w_shape, gy.shape,
+                                 _dts(math, 1))
+    hint = _forward_pd(*_mds(nhwc, x.shape, w_shape, gy.shape,
+                             _dts(math, 2)), geo)
     pd = L.PrimitiveDesc(
         'dnnl_convolution_backward_weights_primitive_desc_create', L.engine,
         L.CONVOLUTION_DIRECT, src, diff_w, None, diff_dst, *map(L.dims, geo),
