@@ -101,6 +101,33 @@ def test_convolutions_compute_in_bf16_within_its_bound(spec):
 
 
 @needs_bf16
+def test_bf16_takes_the_small_maps_where_it_pays():
+    # outputs of 2x2 (under _MIN_PIXELS): the forward and backward data of
+    # a 3x3 or an unstrided 1x1 run on oneDNN under 'bf16' only; a strided
+    # 1x1 and the weight gradient stay with the NumPy kernel
+    # (onednn/convolution.py says why)
+    rng = numpy.random.default_rng(4)
+    x, W, gy = _rand(rng, (2, 8, 2, 2)), _rand(rng, (8, 8, 3, 3)), \
+        _rand(rng, (2, 8, 2, 2))
+    x4, W1 = _rand(rng, (2, 8, 4, 4)), _rand(rng, (8, 8, 1, 1))
+    cases = [
+        (True, C.Convolution2D((1, 1), (1, 1), False, (1, 1), 1), (x, W)),
+        (True, C.Deconvolution2D((1, 1), (1, 1), (2, 2), False, (1, 1), 1),
+         (gy, W)),
+        (True, C.Convolution2D((1, 1), (0, 0), False, (1, 1), 1), (x, W1)),
+        (False, C.Convolution2D((2, 2), (0, 0), False, (1, 1), 1),
+         (x4, W1)),
+        (False, C.Convolution2DGradW(W.shape, (1, 1), (1, 1), False, (1, 1),
+                                     1), (x, gy))]
+    for taken, node, inputs in cases:
+        kernel = minichain.kernels.registered(type(node), 'onednn')
+        with using_config('fp32_math', 'strict'):
+            assert kernel.__wrapped__(node, inputs) is None
+        with using_config('fp32_math', 'bf16'):
+            assert (kernel.__wrapped__(node, inputs) is not None) == taken
+
+
+@needs_bf16
 @pytest.mark.parametrize('n,i,o', [(32, 2048, 10), (8, 2048, 1000),
                                    (5, 7, 3)])
 def test_linear_and_matmul_compute_in_bf16_within_its_bound(n, i, o):

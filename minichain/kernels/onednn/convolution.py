@@ -51,6 +51,12 @@ def _geometry(in_size, out_size, k, stride, pad, dilate):
 # channels-last outputs (the batch normalization and max pooling after it
 # then run on oneDNN too) taking it made the step at 8 x 224 1.13x faster
 # (0.94-1.42) and left 32 x 28 small2 as it was (1.01x).
+# Under 'bf16' the forward and the backward data take the small maps too,
+# but for a strided 1x1: NumPy kernel time / oneDNN bf16 time at batch 32
+# on 2x2 outputs, fwd and bwd data, 1.5-2.7x for the 3x3 (stride 1 and 2),
+# 1.1-1.6x for the 1x1, 0.9x for the strided 1x1 (1024 -> 2048); the
+# weight gradient gained nothing there (0.9-1.0x; 2 threads, AMD EPYC Zen
+# 4, 2026-12-04).
 _MIN_PIXELS = 9
 # Which layout the primitive itself runs on (its inputs are reordered
 # into it and its outputs out of it where they differ): NHWC, the layout
@@ -90,13 +96,21 @@ def _dts(math, out):
     return tuple(L.F32 if i == out else low for i in range(3))
 
 
-def _usable(node, y_shape, *arrays):
+def _usable(node, y_shape, *arrays, small_in_bf16=False):
     """float32 4-D arrays, one group, and a size where oneDNN pays, for a
-    convolution to an output of ``y_shape``."""
+    convolution to an output of ``y_shape`` (any size under 'bf16' where
+    ``small_in_bf16``)."""
     return (node.groups == 1
             and all(a.dtype == numpy.float32 and a.ndim == 4
                     for a in arrays)
-            and y_shape[2] * y_shape[3] >= _MIN_PIXELS)
+            and (y_shape[2] * y_shape[3] >= _MIN_PIXELS
+                 or small_in_bf16 and _fpmath.mode() == 'bf16'))
+
+
+def _small_in_bf16(k, stride):
+    """Whether bfloat16 pays on maps under _MIN_PIXELS (not a strided
+    1x1)."""
+    return tuple(k) != (1, 1) or tuple(stride) == (1, 1)
 
 
 def _padded(geo):
@@ -120,7 +134,8 @@ def convolution_2d(node, inputs):
                              node.pad[a], node.cover_all, node.dilate[a])
                 for a in (0, 1))
     y_shape = (x.shape[0], W.shape[0]) + out
-    if (not _usable(node, y_shape, x, W)
+    if (not _usable(node, y_shape, x, W,
+                    small_in_bf16=_small_in_bf16(k, node.stride))
             or (b is not None and (b.dtype != x.dtype
                                    or b.shape != (W.shape[0],)))):
         return None
@@ -163,7 +178,8 @@ def deconvolution_2d(node, inputs):
     k = W.shape[2:]
     gx_shape = (gy.shape[0], W.shape[1]) + tuple(node.outsize)
     # Sized as the convolution whose backward this is: gx -> gy.
-    if (not _usable(node, gy.shape, gy, W)
+    if (not _usable(node, gy.shape, gy, W,
+                    small_in_bf16=_small_in_bf16(k, node.stride))
             or (b is not None and b.dtype != gy.dtype)):
         return None
     geo = _geometry(node.outsize, gy.shape[2:], k, node.stride, node.pad,
