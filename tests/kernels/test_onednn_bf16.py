@@ -129,20 +129,21 @@ def test_bf16_takes_the_small_maps_where_it_pays():
 
 @needs_bf16
 @pytest.mark.usefixtures('every_size')    # strict's kernel at 2x2 too
-@pytest.mark.parametrize('h', [2, 4, 7, 10])
-def test_a_1x1_weight_gradient_on_small_maps_is_one_bf16_product(h):
-    # channels-last x and gy, as the kernels hand them on: under 10x10
-    # (onednn/convolution.py, _grad_w_as_product) the inner product's
-    # backward weights, within the same bound
-    n, c, o = 4, 32, 16
-    rng = numpy.random.default_rng(h)
-    x, gy = (onednn._dnnl.empty_channels_last(s) for s in ((n, c, h, h),
-                                                           (n, o, h, h)))
+@pytest.mark.parametrize('h,s', [(2, 1), (4, 1), (7, 1), (10, 1), (4, 2),
+                                 (7, 2), (20, 2)])
+def test_a_1x1_weight_gradient_on_small_maps_is_one_bf16_product(h, s):
+    # channels-last x and gy, as the kernels hand them on: to outputs
+    # under 10x10 (onednn/convolution.py, _grad_w_as_product) the inner
+    # product's backward weights, within the same bound
+    n, c, o, oh = 4, 32, 16, (h - 1) // s + 1
+    rng = numpy.random.default_rng(h + s)
+    x, gy = (onednn._dnnl.empty_channels_last(shape) for shape in (
+        (n, c, h, h), (n, o, oh, oh)))
     x[...], gy[...] = _rand(rng, x.shape), _rand(rng, gy.shape)
-    _check(lambda: C.Convolution2DGradW((o, c, 1, 1), (1, 1), (0, 0), False,
-                                        (1, 1), 1), (x, gy), n * h * h)
-    key = ('grad_w_product', n * h * h, c, o, onednn._dnnl.threads())
-    assert (key in onednn._plan._cache) == (h * h < 100)
+    _check(lambda: C.Convolution2DGradW((o, c, 1, 1), (s, s), (0, 0), False,
+                                        (1, 1), 1), (x, gy), n * oh * oh)
+    key = ('grad_w_product', n * oh * oh, c, o, onednn._dnnl.threads())
+    assert (key in onednn._plan._cache) == (oh * oh < 100)
 
 
 @needs_bf16

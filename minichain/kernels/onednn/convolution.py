@@ -272,33 +272,39 @@ def _backward_weights_plan(x, gy, w_shape, geo, math):
     return Plan(primitive, user, {L.ARG_DIFF_WEIGHTS: tuple(w_shape)})
 
 
-# Under 'bf16' the weight gradient of a 1x1 convolution of stride 1 on
-# maps under _NHWC_MIN_PIXELS is one product, gW (O, C) = gy^T (O, NHW) @
-# x (NHW, C), the channels-last x and gy seen as matrices without a copy:
-# oneDNN's bfloat16 inner product backward weights (a GEMM), writing the
-# plain (O, C) gradient the optimizer reads (no reorder out). Convolution
-# backward weights time / product time at batch 32 (2 threads, AMD EPYC
-# Zen 4, 2026-12-04): 1.2-1.4x at 7x7, 1.5-1.8x at 4x4, 2.4-3.8x at 2x2
-# (3.0x the NumPy kernel there, which the convolution's took); 0.55x at
-# 14x14, which keeps the convolution's.
+# Under 'bf16' the weight gradient of a 1x1 convolution on output maps
+# under _NHWC_MIN_PIXELS is one product, gW (O, C) = gy^T (O, NHW) @ x
+# (NHW, C), the channels-last x and gy seen as matrices (with a stride,
+# x's pixels that the windows read copied out first): oneDNN's bfloat16
+# inner product backward weights (a GEMM), writing the plain (O, C)
+# gradient the optimizer reads (no reorder out). Convolution backward
+# weights time / product time at batch 32 (2 threads, AMD EPYC Zen 4,
+# 2026-12-04): 1.2-1.4x at 7x7, 1.5-1.8x at 4x4, 2.4-3.8x at 2x2 (3.0x
+# the NumPy kernel that took those in float32), 0.55x at 14x14, which
+# keeps the convolution's; the strided projections 0.95x from 14x14 to
+# 7x7, 2.1x from 7x7 to 4x4, 5.3x from 4x4 to 2x2 (3.4x the NumPy
+# kernel's).
 def _grad_w_as_product(node, x, gy):
-    """gW of a 1x1 convolution of stride 1 as one bf16 product, or None
-    where it does not pay or apply."""
+    """gW of a 1x1 convolution as one bf16 product, or None where it does
+    not pay or apply."""
     o, c = node.w_shape[:2]
-    if (node.w_shape[2:] != (1, 1) or tuple(node.stride) != (1, 1)
-            or any(node.pad) or node.groups != 1
+    if (node.w_shape[2:] != (1, 1) or any(node.pad) or node.groups != 1
             or x.dtype != numpy.float32 or gy.dtype != numpy.float32
-            or x.shape[2:] != gy.shape[2:]
-            or x.shape[2] * x.shape[3] >= _NHWC_MIN_PIXELS
+            or gy.shape[2] * gy.shape[3] >= _NHWC_MIN_PIXELS
             or not (L.is_channels_last(x) and L.is_channels_last(gy))
             or not x.size or _fpmath.mode() != 'bf16'):
         return None
-    n = x.size // c
+    sh, sw = node.stride
+    x = x[:, :, ::sh, ::sw]      # the pixels the windows read
+    if x.shape[2:] != gy.shape[2:]:
+        return None
+    n = gy.size // o
     plan = cached(('grad_w_product', n, c, o), lambda: (
         linear._backward_weights_plan(n, c, o, 'bf16', L.F32)))
     if plan is None:
         return None
     node.retain_inputs((0, 1))
+    # (n, channels) views of channels-last arrays; a strided x is copied
     rows = lambda a: a.transpose(0, 2, 3, 1).reshape(n, -1)  # noqa: E731
     return plan({L.ARG_SRC: rows(x), L.ARG_DIFF_DST: rows(gy)})[
         L.ARG_DIFF_WEIGHTS].reshape(node.w_shape)
