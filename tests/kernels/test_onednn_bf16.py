@@ -131,19 +131,30 @@ def test_bf16_takes_the_small_maps_where_it_pays():
 @pytest.mark.usefixtures('every_size')    # strict's kernel at 2x2 too
 @pytest.mark.parametrize('h,s', [(2, 1), (4, 1), (7, 1), (10, 1), (4, 2),
                                  (7, 2), (20, 2)])
-def test_a_1x1_weight_gradient_on_small_maps_is_one_bf16_product(h, s):
+def test_a_1x1_convolution_on_small_maps_is_one_bf16_product(h, s):
     # channels-last x and gy, as the kernels hand them on: to outputs
-    # under 10x10 (onednn/convolution.py, _grad_w_as_product) the inner
-    # product's backward weights, within the same bound
+    # under 10x10 (onednn/_pointwise.py) the inner product's forward,
+    # backward data and backward weights, within the same bounds
     n, c, o, oh = 4, 32, 16, (h - 1) // s + 1
     rng = numpy.random.default_rng(h + s)
     x, gy = (onednn._dnnl.empty_channels_last(shape) for shape in (
         (n, c, h, h), (n, o, oh, oh)))
     x[...], gy[...] = _rand(rng, x.shape), _rand(rng, gy.shape)
-    _check(lambda: C.Convolution2DGradW((o, c, 1, 1), (s, s), (0, 0), False,
-                                        (1, 1), 1), (x, gy), n * oh * oh)
-    key = ('grad_w_product', n * oh * oh, c, o, onednn._dnnl.threads())
-    assert (key in onednn._plan._cache) == (oh * oh < 100)
+    W, b, bx = _rand(rng, (o, c, 1, 1)), _rand(rng, o), _rand(rng, c)
+    stride, pad = (s, s), (0, 0)
+    y, _ = _check(lambda: C.Convolution2D(stride, pad, False, (1, 1), 1),
+                  (x, W, b), c + 1)
+    gx, _ = _check(lambda: C.Deconvolution2D(stride, pad, (h, h), False,
+                                             (1, 1), 1), (gy, W, bx), o + 1)
+    _check(lambda: C.Convolution2DGradW(W.shape, stride, pad, False, (1, 1),
+                                        1), (x, gy), n * oh * oh)
+    small = oh * oh < 100
+    assert all(onednn._dnnl.is_channels_last(a) for a in (y, gx))
+    for key in (('pointwise', n * oh * oh, c, o, True),
+                ('pointwise_bwd', n * oh * oh, c, o),
+                ('grad_w_product', n * oh * oh, c, o)):
+        assert (key + (onednn._dnnl.threads(),) in onednn._plan._cache) \
+            == small, key
 
 
 @needs_bf16

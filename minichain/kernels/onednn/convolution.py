@@ -15,6 +15,10 @@ two different layouts and each is made once per update anyway (_plan.py
 says more). The weight reorders were about 7% of oneDNN's time in a step
 at 32 x 28 (ONEDNN_VERBOSE=1).
 
+Under ``config.fp32_math`` 'bf16' a 1x1 convolution to small maps is one
+matrix product of the channels-last arrays instead (``_pointwise.py``),
+which each kernel tries first.
+
 Declined (the next kernel or the body runs): dtypes other than float32,
 groups > 1, sizes where the body measured faster (``_usable``), any
 geometry oneDNN has no optimized code for, and, where windows reach into
@@ -26,7 +30,7 @@ import numpy
 
 from minichain.functions.geometry import conv_outsize
 from minichain.kernels.onednn import _dnnl as L
-from minichain.kernels.onednn import _fpmath, linear
+from minichain.kernels.onednn import _fpmath, _pointwise
 from minichain.kernels.onednn._plan import Plan, cached
 
 
@@ -134,6 +138,9 @@ def convolution_2d(node, inputs):
                              node.pad[a], node.cover_all, node.dilate[a])
                 for a in (0, 1))
     y_shape = (x.shape[0], W.shape[0]) + out
+    product = _pointwise.forward(node, x, W, b, out)
+    if product is not None:
+        return product,
     if (not _usable(node, y_shape, x, W,
                     small_in_bf16=_small_in_bf16(k, node.stride))
             or (b is not None and (b.dtype != x.dtype
@@ -177,6 +184,9 @@ def deconvolution_2d(node, inputs):
     b = inputs[2] if len(inputs) == 3 else None
     k = W.shape[2:]
     gx_shape = (gy.shape[0], W.shape[1]) + tuple(node.outsize)
+    product = _pointwise.backward_data(node, gy, W, b)
+    if product is not None:
+        return product,
     # Sized as the convolution whose backward this is: gx -> gy.
     if (not _usable(node, gy.shape, gy, W,
                     small_in_bf16=_small_in_bf16(k, node.stride))
@@ -232,7 +242,7 @@ _BF16_GRAD_W_MIN_CHANNELS = 16
 
 def convolution_2d_grad_w(node, inputs):
     x, gy = inputs
-    product = _grad_w_as_product(node, x, gy)
+    product = _pointwise.grad_w(node, x, gy)
     if product is not None:
         return product,
     if not _usable(node, gy.shape, x, gy):
@@ -271,40 +281,3 @@ def _backward_weights_plan(x, gy, w_shape, geo, math):
                                  L.ARG_DIFF_WEIGHTS))
     return Plan(primitive, user, {L.ARG_DIFF_WEIGHTS: tuple(w_shape)})
 
-
-# Under 'bf16' the weight gradient of a 1x1 convolution on output maps
-# under _NHWC_MIN_PIXELS is one product, gW (O, C) = gy^T (O, NHW) @ x
-# (NHW, C), the channels-last x and gy seen as matrices (with a stride,
-# x's pixels that the windows read copied out first): oneDNN's bfloat16
-# inner product backward weights (a GEMM), writing the plain (O, C)
-# gradient the optimizer reads (no reorder out). Convolution backward
-# weights time / product time at batch 32 (2 threads, AMD EPYC Zen 4,
-# 2026-12-04): 1.2-1.4x at 7x7, 1.5-1.8x at 4x4, 2.4-3.8x at 2x2 (3.0x
-# the NumPy kernel that took those in float32), 0.55x at 14x14, which
-# keeps the convolution's; the strided projections 0.95x from 14x14 to
-# 7x7, 2.1x from 7x7 to 4x4, 5.3x from 4x4 to 2x2 (3.4x the NumPy
-# kernel's).
-def _grad_w_as_product(node, x, gy):
-    """gW of a 1x1 convolution as one bf16 product, or None where it does
-    not pay or apply."""
-    o, c = node.w_shape[:2]
-    if (node.w_shape[2:] != (1, 1) or any(node.pad) or node.groups != 1
-            or x.dtype != numpy.float32 or gy.dtype != numpy.float32
-            or gy.shape[2] * gy.shape[3] >= _NHWC_MIN_PIXELS
-            or not (L.is_channels_last(x) and L.is_channels_last(gy))
-            or not x.size or _fpmath.mode() != 'bf16'):
-        return None
-    sh, sw = node.stride
-    x = x[:, :, ::sh, ::sw]      # the pixels the windows read
-    if x.shape[2:] != gy.shape[2:]:
-        return None
-    n = gy.size // o
-    plan = cached(('grad_w_product', n, c, o), lambda: (
-        linear._backward_weights_plan(n, c, o, 'bf16', L.F32)))
-    if plan is None:
-        return None
-    node.retain_inputs((0, 1))
-    # (n, channels) views of channels-last arrays; a strided x is copied
-    rows = lambda a: a.transpose(0, 2, 3, 1).reshape(n, -1)  # noqa: E731
-    return plan({L.ARG_SRC: rows(x), L.ARG_DIFF_DST: rows(gy)})[
-        L.ARG_DIFF_WEIGHTS].reshape(node.w_shape)

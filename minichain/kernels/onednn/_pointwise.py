@@ -1,0 +1,124 @@
+"""Under ``config.fp32_math`` 'bf16', a 1x1 convolution on small maps as
+one matrix product (convolution.py's kernels try these first).
+
+A 1x1 convolution of channels-last arrays is a product of matrices that
+are already in memory: x (N, C, H, W) over NHWC memory is the C-ordered
+matrix (NHW, C), and likewise y and gy (NHW, O). So
+
+    y  (NHW, O) = x (NHW, C) @ W (O, C)^T   the inner product forward
+    gx (NHW, C) = gy (NHW, O) @ W (O, C)    its backward data
+    gW (O, C)   = gy (NHW, O)^T @ x (NHW, C) its backward weights
+
+each one oneDNN GEMM (``linear.py``'s plans, bfloat16 factors, float32
+sums and results), without a reorder of the activations into a blocked
+layout, and with W read as a plain (O, C) matrix: the convolution's
+blocked bfloat16 weights cost 0.6-0.7 ns per element to make, the plain
+ones 0.2. A stride s reads every s-th pixel: those are copied out first
+(and gx is zero elsewhere).
+
+Taken for outputs under ``convolution._NHWC_MIN_PIXELS`` (10x10), where
+it measured faster than the convolution primitives (batch 32, 2 threads,
+AMD EPYC Zen 4, 2026-12-04; convolution time / product time): the weight
+gradient 1.2-1.4x at 7x7, 1.5-1.8x at 4x4, 2.4-3.8x at 2x2 (3.0x the
+NumPy kernel that took those in float32), 0.55x at 14x14, which keeps the
+convolution's; the strided projections' 0.95x from 14x14 to 7x7, 2.1x
+from 7x7 to 4x4, 5.3x from 4x4 to 2x2; forward and backward data 1.0-1.1x
+at 7x7 and 4x4, 1.1-1.6x at 2x2. Elsewhere (other layouts, padding,
+groups, float32 math) these decline and the convolution's kernels run.
+"""
+import numpy
+
+from minichain.kernels.onednn import _dnnl as L
+from minichain.kernels.onednn import _fpmath, linear
+from minichain.kernels.onednn._plan import cached
+
+MAX_PIXELS = 100   # outputs under this many pixels: where it pays (above)
+
+
+def _takes(node, w_shape, out_shape, *arrays):
+    """A 1x1, unpadded, ungrouped convolution to small output maps, of
+    channels-last float32 arrays, under 'bf16'."""
+    return (tuple(w_shape[2:]) == (1, 1) and not any(node.pad)
+            and node.groups == 1
+            and out_shape[2] * out_shape[3] < MAX_PIXELS
+            and all(a.dtype == numpy.float32 and a.size
+                    and L.is_channels_last(a) for a in arrays)
+            and _fpmath.mode() == 'bf16')
+
+
+def _read(node, x):
+    """The pixels of x that the windows read (every stride-th)."""
+    sh, sw = node.stride
+    return x[:, :, ::sh, ::sw]
+
+
+def _rows(a):
+    """(N, C, H, W) channels-last -> the (NHW, C) matrix (a view; a copy
+    of a strided view)."""
+    return a.transpose(0, 2, 3, 1).reshape(-1, a.shape[1])
+
+
+def _maps(rows, n, h, w):
+    """The (NHW, C) matrix -> (N, C, H, W) channels-last (a view)."""
+    return rows.reshape(n, h, w, -1).transpose(0, 3, 1, 2)
+
+
+def forward(node, x, W, b, out):
+    """y = conv(x, W) + b (output maps ``out``) as a product, or None."""
+    xs = _read(node, x)
+    if not (_takes(node, W.shape, xs.shape, x) and xs.shape[2:] == out
+            and W.dtype == x.dtype and (b is None or (
+                b.dtype == x.dtype and b.shape == W.shape[:1]))):
+        return None
+    (n, c, h, w), o = xs.shape, W.shape[0]
+    plan = cached(('pointwise', n * h * w, c, o, b is not None), lambda: (
+        linear._forward_plan(n * h * w, c, o, b is not None, 'bf16', L.F32)))
+    if plan is None:
+        return None
+    node.retain_inputs((0, 1))
+    args = {L.ARG_SRC: _rows(xs), L.ARG_WEIGHTS: W.reshape(o, c)}
+    if b is not None:
+        args[L.ARG_BIAS] = numpy.ascontiguousarray(b)
+    return _maps(plan(args)[L.ARG_DST], n, h, w)
+
+
+def backward_data(node, gy, W, b):
+    """gx = conv^T(gy, W) + b as a product, or None."""
+    (n, o, h, w), c = gy.shape, W.shape[1]
+    gx_shape = (n, c) + tuple(node.outsize)
+    read = tuple(-(-size // s) for size, s in zip(node.outsize, node.stride))
+    if not (_takes(node, W.shape, gy.shape, gy) and read == (h, w)
+            and W.dtype == gy.dtype and (b is None or (
+                b.dtype == gy.dtype and b.shape == W.shape[1:2]))):
+        return None
+    plan = cached(('pointwise_bwd', n * h * w, c, o), lambda: (
+        linear._backward_data_plan(n * h * w, c, o, 'bf16', L.F32)))
+    if plan is None:
+        return None
+    node.retain_inputs((0, 1))
+    gx = _maps(plan({L.ARG_DIFF_DST: _rows(gy), L.ARG_WEIGHTS:
+                     W.reshape(o, c)})[L.ARG_DIFF_SRC], n, h, w)
+    if gx.shape != gx_shape:      # strided: the pixels no window read
+        full = L.empty_channels_last(gx_shape)
+        full.fill(0)
+        _read(node, full)[...] = gx
+        gx = full
+    if b is not None:
+        gx += b.reshape(1, -1, 1, 1)
+    return gx
+
+
+def grad_w(node, x, gy):
+    """gW of the convolution as a product, or None."""
+    xs, (o, c) = _read(node, x), node.w_shape[:2]
+    if not (_takes(node, node.w_shape, gy.shape, x, gy)
+            and xs.shape[2:] == gy.shape[2:]):
+        return None
+    n = gy.size // o
+    plan = cached(('grad_w_product', n, c, o), lambda: (
+        linear._backward_weights_plan(n, c, o, 'bf16', L.F32)))
+    if plan is None:
+        return None
+    node.retain_inputs((0, 1))
+    return plan({L.ARG_SRC: _rows(xs), L.ARG_DIFF_DST: _rows(gy)})[
+        L.ARG_DIFF_WEIGHTS].reshape(node.w_shape)
