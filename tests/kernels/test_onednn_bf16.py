@@ -133,7 +133,7 @@ def test_bf16_takes_the_small_maps_where_it_pays():
                                  (7, 2), (20, 2)])
 def test_a_1x1_convolution_on_small_maps_is_one_bf16_product(h, s):
     # channels-last x and gy, as the kernels hand them on: to outputs
-    # under 10x10 (onednn/_pointwise.py) the inner product's forward,
+    # under 10x10 (onednn/_products.py) the inner product's forward,
     # backward data and backward weights, within the same bounds
     n, c, o, oh = 4, 32, 16, (h - 1) // s + 1
     rng = numpy.random.default_rng(h + s)
@@ -155,6 +155,31 @@ def test_a_1x1_convolution_on_small_maps_is_one_bf16_product(h, s):
                 ('grad_w_product', n * oh * oh, c, o)):
         assert (key + (onednn._dnnl.threads(),) in onednn._plan._cache) \
             == small, key
+
+
+@needs_bf16
+@pytest.mark.usefixtures('every_size')
+@pytest.mark.parametrize('h,s', [(2, 1), (4, 2), (3, 1)])
+def test_a_3x3_weight_gradient_to_2x2_is_one_bf16_product(h, s):
+    # over x's columns, padding zeros included (onednn/_products.py); a
+    # 3x3 output is the convolution's kernel's, and so is a gy holding
+    # inf (the body's 0 * inf in the padding)
+    n, c, o, oh = 4, 16, 8, (h + 2 - 3) // s + 1
+    rng = numpy.random.default_rng(h + 10 * s)
+    x, gy = (onednn._dnnl.empty_channels_last(shape) for shape in (
+        (n, c, h, h), (n, o, oh, oh)))
+    x[...], gy[...] = _rand(rng, x.shape), _rand(rng, gy.shape)
+    grad_w = lambda: C.Convolution2DGradW(  # noqa: E731
+        (o, c, 3, 3), (s, s), (1, 1), False, (1, 1), 1)
+    _check(grad_w, (x, gy), n * oh * oh)
+    key = ('grad_w_product', n * oh * oh, c * 9, o, onednn._dnnl.threads())
+    assert (key in onednn._plan._cache) == (oh * oh < 9)
+    gy[0, 0, 0, 0] = numpy.inf
+    onednn._plan._cache.pop(key, None)
+    with using_config('fp32_math', 'bf16'):
+        minichain.kernels.registered(type(grad_w()), 'onednn')(grad_w(),
+                                                               (x, gy))
+    assert key not in onednn._plan._cache
 
 
 @needs_bf16

@@ -16,7 +16,7 @@ says more). The weight reorders were about 7% of oneDNN's time in a step
 at 32 x 28 (ONEDNN_VERBOSE=1).
 
 Under ``config.fp32_math`` 'bf16' a 1x1 convolution to small maps is one
-matrix product of the channels-last arrays instead (``_pointwise.py``),
+matrix product of the channels-last arrays instead (``_products.py``),
 which each kernel tries first.
 
 Declined (the next kernel or the body runs): dtypes other than float32,
@@ -30,7 +30,7 @@ import numpy
 
 from minichain.functions.geometry import conv_outsize
 from minichain.kernels.onednn import _dnnl as L
-from minichain.kernels.onednn import _fpmath, _pointwise
+from minichain.kernels.onednn import _fpmath, _products
 from minichain.kernels.onednn._plan import Plan, cached
 
 
@@ -138,7 +138,7 @@ def convolution_2d(node, inputs):
                              node.pad[a], node.cover_all, node.dilate[a])
                 for a in (0, 1))
     y_shape = (x.shape[0], W.shape[0]) + out
-    product = _pointwise.forward(node, x, W, b, out)
+    product = _products.forward(node, x, W, b, out)
     if product is not None:
         return product,
     if (not _usable(node, y_shape, x, W,
@@ -184,7 +184,7 @@ def deconvolution_2d(node, inputs):
     b = inputs[2] if len(inputs) == 3 else None
     k = W.shape[2:]
     gx_shape = (gy.shape[0], W.shape[1]) + tuple(node.outsize)
-    product = _pointwise.backward_data(node, gy, W, b)
+    product = _products.backward_data(node, gy, W, b)
     if product is not None:
         return product,
     # Sized as the convolution whose backward this is: gx -> gy.
@@ -242,7 +242,7 @@ _BF16_GRAD_W_MIN_CHANNELS = 16
 
 def convolution_2d_grad_w(node, inputs):
     x, gy = inputs
-    product = _pointwise.grad_w(node, x, gy)
+    product = _products.grad_w(node, x, gy)
     if product is not None:
         return product,
     if not _usable(node, gy.shape, x, gy):
