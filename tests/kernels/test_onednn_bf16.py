@@ -159,6 +159,26 @@ def test_a_1x1_convolution_on_small_maps_is_one_bf16_product(h, s):
 
 @needs_bf16
 @pytest.mark.usefixtures('every_size')
+def test_the_products_take_w_in_any_layout_and_1x1_outputs():
+    # a Fortran-ordered W, and x read at one pixel (stride 3 on 2x2),
+    # whose (N, C) rows NumPy views with a stride: both copied to the
+    # C-ordered matrices the plans read (a fuzz found both)
+    rng = numpy.random.default_rng(5)
+    x = onednn._dnnl.empty_channels_last((4, 22, 2, 2))
+    x[...] = _rand(rng, x.shape)
+    W = numpy.asfortranarray(_rand(rng, (17, 22, 1, 1)))
+    gy = onednn._dnnl.empty_channels_last((4, 17, 1, 1))
+    gy[...] = _rand(rng, gy.shape)
+    _check(lambda: C.Convolution2D((3, 3), (0, 0), False, (1, 1), 1), (x, W),
+           22)
+    _check(lambda: C.Deconvolution2D((3, 3), (0, 0), (2, 2), False, (1, 1),
+                                     1), (gy, W), 17)
+    _check(lambda: C.Convolution2DGradW(W.shape, (3, 3), (0, 0), False,
+                                        (1, 1), 1), (x, gy), 4)
+
+
+@needs_bf16
+@pytest.mark.usefixtures('every_size')
 @pytest.mark.parametrize('h,s', [(2, 1), (4, 2), (3, 1)])
 def test_a_3x3_weight_gradient_to_2x2_is_one_bf16_product(h, s):
     # over x's columns, padding zeros included (onednn/_products.py); a

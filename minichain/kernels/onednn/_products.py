@@ -67,9 +67,16 @@ def _read(node, x):
 
 
 def _rows(a):
-    """(N, C, H, W) channels-last -> the (NHW, C) matrix (a view; a copy
-    of a strided view)."""
-    return a.transpose(0, 2, 3, 1).reshape(-1, a.shape[1])
+    """(N, C, H, W) channels-last -> the C-ordered (NHW, C) matrix (a
+    view; a copy of a strided view)."""
+    return numpy.ascontiguousarray(a.transpose(0, 2, 3, 1)).reshape(
+        -1, a.shape[1])
+
+
+def _matrix(W):
+    """A 1x1 convolution's (O, C, 1, 1) weights as the C-ordered (O, C)
+    matrix the plans read (a copy of any other layout)."""
+    return numpy.ascontiguousarray(W.reshape(W.shape[:2]))
 
 
 def _maps(rows, n, h, w):
@@ -91,7 +98,7 @@ def forward(node, x, W, b, out):
     if plan is None:
         return None
     node.retain_inputs((0, 1))
-    args = {L.ARG_SRC: _rows(xs), L.ARG_WEIGHTS: W.reshape(o, c)}
+    args = {L.ARG_SRC: _rows(xs), L.ARG_WEIGHTS: _matrix(W)}
     if b is not None:
         args[L.ARG_BIAS] = numpy.ascontiguousarray(b)
     return _maps(plan(args)[L.ARG_DST], n, h, w)
@@ -113,7 +120,7 @@ def backward_data(node, gy, W, b):
         return None
     node.retain_inputs((0, 1))
     gx = _maps(plan({L.ARG_DIFF_DST: _rows(gy), L.ARG_WEIGHTS:
-                     W.reshape(o, c)})[L.ARG_DIFF_SRC], n, h, w)
+                     _matrix(W)})[L.ARG_DIFF_SRC], n, h, w)
     if gx.shape != gx_shape:      # strided: the pixels no window read
         full = L.empty_channels_last(gx_shape)
         full.fill(0)
