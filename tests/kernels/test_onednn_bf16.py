@@ -175,6 +175,17 @@ def test_the_products_take_w_in_any_layout_and_1x1_outputs():
                                      1), (gy, W), 17)
     _check(lambda: C.Convolution2DGradW(W.shape, (3, 3), (0, 0), False,
                                         (1, 1), 1), (x, gy), 4)
+    # shapes that do not agree are the body's to refuse, not read past
+    wrong = [(C.Convolution2D((3, 3), (0, 0), False, (1, 1), 1),
+              (x, W[:, :21])),
+             (C.Deconvolution2D((3, 3), (0, 0), (2, 2), False, (1, 1), 1),
+              (gy, W[:16])),
+             (C.Convolution2DGradW((17, 21, 1, 1), (3, 3), (0, 0), False,
+                                   (1, 1), 1), (x, gy))]
+    with using_config('fp32_math', 'bf16'):
+        for node, inputs in wrong:
+            kernel = minichain.kernels.registered(type(node), 'onednn')
+            assert kernel.__wrapped__(node, inputs) is None, node
 
 
 @needs_bf16

@@ -16,8 +16,9 @@ blocked bfloat16 weights cost 0.6-0.7 ns per element to make, the plain
 ones 0.2. A stride s reads every s-th pixel: those are copied out first
 (and gx is zero elsewhere).
 
-Taken for outputs under ``convolution._NHWC_MIN_PIXELS`` (10x10), where
-it measured faster than the convolution primitives (batch 32, 2 threads,
+Taken for outputs under ``MAX_PIXELS`` (10x10: where convolution.py's
+primitives leave NHWC), where it measured faster than the convolution
+primitives (batch 32, 2 threads,
 AMD EPYC Zen 4, 2026-12-04; convolution time / product time): the weight
 gradient 1.2-1.4x at 7x7, 1.5-1.8x at 4x4, 2.4-3.8x at 2x2 (3.0x the
 NumPy kernel that took those in float32), 0.55x at 14x14, which keeps the
@@ -88,7 +89,7 @@ def forward(node, x, W, b, out):
     """y = conv(x, W) + b (output maps ``out``) as a product, or None."""
     xs = _read(node, x)
     if not (_pointwise(node, W.shape) and _takes(node, xs.shape, x)
-            and xs.shape[2:] == out
+            and xs.shape[2:] == out and W.shape[1] == x.shape[1]
             and W.dtype == x.dtype and (b is None or (
                 b.dtype == x.dtype and b.shape == W.shape[:1]))):
         return None
@@ -110,7 +111,7 @@ def backward_data(node, gy, W, b):
     gx_shape = (n, c) + tuple(node.outsize)
     read = tuple(-(-size // s) for size, s in zip(node.outsize, node.stride))
     if not (_pointwise(node, W.shape) and _takes(node, gy.shape, gy)
-            and read == (h, w)
+            and read == (h, w) and W.shape[0] == o
             and W.dtype == gy.dtype and (b is None or (
                 b.dtype == gy.dtype and b.shape == W.shape[1:2]))):
         return None
@@ -134,6 +135,8 @@ def backward_data(node, gy, W, b):
 def grad_w(node, x, gy):
     """gW of the convolution as a product, or None."""
     o, c, kh, kw = node.w_shape
+    if x.shape[:2] != (gy.shape[0], c) or gy.shape[1] != o:
+        return None     # the body says what is wrong
     if _pointwise(node, node.w_shape):
         x = _read(node, x)
         if not (_takes(node, gy.shape, x, gy)
