@@ -90,12 +90,127 @@ def test_convolutions_compute_in_bf16_within_its_bound(spec):
            c * k * k + 1)
     _check(lambda: C.Deconvolution2D(stride, pad, (h, h), False, (1, 1), 1),
            (gy, W), o * k * k)
-    # the weight gradient stays float32 (onednn/convolution.py says why)
     grad_w = lambda: C.Convolution2DGradW(  # noqa: E731
         W.shape, stride, pad, False, (1, 1), 1)
+    if c >= onednn.convolution._BF16_GRAD_W_MIN_CHANNELS:
+        _check(grad_w, (x, gy), n * oh * oh)
+    else:   # an RGB or grey input: float32 (onednn/convolution.py says why)
+        with using_config('fp32_math', 'bf16'):
+            low = _run(grad_w, (x, gy))
+        numpy.testing.assert_array_equal(low, _run(grad_w, (x, gy)))
+
+
+@needs_bf16
+def test_bf16_takes_the_small_maps_where_it_pays():
+    # outputs of 2x2 (under _MIN_PIXELS): the forward and backward data of
+    # a 3x3 or an unstrided 1x1 run on oneDNN under 'bf16' only; a strided
+    # 1x1 and the weight gradient stay with the NumPy kernel
+    # (onednn/convolution.py says why)
+    rng = numpy.random.default_rng(4)
+    x, W, gy = _rand(rng, (2, 8, 2, 2)), _rand(rng, (8, 8, 3, 3)), \
+        _rand(rng, (2, 8, 2, 2))
+    x4, W1 = _rand(rng, (2, 8, 4, 4)), _rand(rng, (8, 8, 1, 1))
+    cases = [
+        (True, C.Convolution2D((1, 1), (1, 1), False, (1, 1), 1), (x, W)),
+        (True, C.Deconvolution2D((1, 1), (1, 1), (2, 2), False, (1, 1), 1),
+         (gy, W)),
+        (True, C.Convolution2D((1, 1), (0, 0), False, (1, 1), 1), (x, W1)),
+        (False, C.Convolution2D((2, 2), (0, 0), False, (1, 1), 1),
+         (x4, W1)),
+        (False, C.Convolution2DGradW(W.shape, (1, 1), (1, 1), False, (1, 1),
+                                     1), (x, gy))]
+    for taken, node, inputs in cases:
+        kernel = minichain.kernels.registered(type(node), 'onednn')
+        with using_config('fp32_math', 'strict'):
+            assert kernel.__wrapped__(node, inputs) is None
+        with using_config('fp32_math', 'bf16'):
+            assert (kernel.__wrapped__(node, inputs) is not None) == taken
+
+
+@needs_bf16
+@pytest.mark.usefixtures('every_size')    # strict's kernel at 2x2 too
+@pytest.mark.parametrize('h,s', [(2, 1), (4, 1), (7, 1), (10, 1), (4, 2),
+                                 (7, 2), (20, 2)])
+def test_a_1x1_convolution_on_small_maps_is_one_bf16_product(h, s):
+    # channels-last x and gy, as the kernels hand them on: to outputs
+    # under 10x10 (onednn/_products.py) the inner product's forward,
+    # backward data and backward weights, within the same bounds
+    n, c, o, oh = 4, 32, 16, (h - 1) // s + 1
+    rng = numpy.random.default_rng(h + s)
+    x, gy = (onednn._dnnl.empty_channels_last(shape) for shape in (
+        (n, c, h, h), (n, o, oh, oh)))
+    x[...], gy[...] = _rand(rng, x.shape), _rand(rng, gy.shape)
+    W, b, bx = _rand(rng, (o, c, 1, 1)), _rand(rng, o), _rand(rng, c)
+    stride, pad = (s, s), (0, 0)
+    y, _ = _check(lambda: C.Convolution2D(stride, pad, False, (1, 1), 1),
+                  (x, W, b), c + 1)
+    gx, _ = _check(lambda: C.Deconvolution2D(stride, pad, (h, h), False,
+                                             (1, 1), 1), (gy, W, bx), o + 1)
+    _check(lambda: C.Convolution2DGradW(W.shape, stride, pad, False, (1, 1),
+                                        1), (x, gy), n * oh * oh)
+    small = oh * oh < 100
+    assert all(onednn._dnnl.is_channels_last(a) for a in (y, gx))
+    for key in (('pointwise', n * oh * oh, c, o, True),
+                ('pointwise_bwd', n * oh * oh, c, o),
+                ('grad_w_product', n * oh * oh, c, o)):
+        assert (key + (onednn._dnnl.threads(),) in onednn._plan._cache) \
+            == small, key
+
+
+@needs_bf16
+@pytest.mark.usefixtures('every_size')
+def test_the_products_take_w_in_any_layout_and_1x1_outputs():
+    # a Fortran-ordered W, and x read at one pixel (stride 3 on 2x2),
+    # whose (N, C) rows NumPy views with a stride: both copied to the
+    # C-ordered matrices the plans read (a fuzz found both)
+    rng = numpy.random.default_rng(5)
+    x = onednn._dnnl.empty_channels_last((4, 22, 2, 2))
+    x[...] = _rand(rng, x.shape)
+    W = numpy.asfortranarray(_rand(rng, (17, 22, 1, 1)))
+    gy = onednn._dnnl.empty_channels_last((4, 17, 1, 1))
+    gy[...] = _rand(rng, gy.shape)
+    _check(lambda: C.Convolution2D((3, 3), (0, 0), False, (1, 1), 1), (x, W),
+           22)
+    _check(lambda: C.Deconvolution2D((3, 3), (0, 0), (2, 2), False, (1, 1),
+                                     1), (gy, W), 17)
+    _check(lambda: C.Convolution2DGradW(W.shape, (3, 3), (0, 0), False,
+                                        (1, 1), 1), (x, gy), 4)
+    # shapes that do not agree are the body's to refuse, not read past
+    wrong = [(C.Convolution2D((3, 3), (0, 0), False, (1, 1), 1),
+              (x, W[:, :21])),
+             (C.Deconvolution2D((3, 3), (0, 0), (2, 2), False, (1, 1), 1),
+              (gy, W[:16])),
+             (C.Convolution2DGradW((17, 21, 1, 1), (3, 3), (0, 0), False,
+                                   (1, 1), 1), (x, gy))]
     with using_config('fp32_math', 'bf16'):
-        low = _run(grad_w, (x, gy))
-    numpy.testing.assert_array_equal(low, _run(grad_w, (x, gy)))
+        for node, inputs in wrong:
+            kernel = minichain.kernels.registered(type(node), 'onednn')
+            assert kernel.__wrapped__(node, inputs) is None, node
+
+
+@needs_bf16
+@pytest.mark.usefixtures('every_size')
+@pytest.mark.parametrize('h,s', [(2, 1), (4, 2), (3, 1)])
+def test_a_3x3_weight_gradient_to_2x2_is_one_bf16_product(h, s):
+    # over x's columns, padding zeros included (onednn/_products.py); a
+    # 3x3 output is the convolution's kernel's, and so is a gy holding
+    # inf (the body's 0 * inf in the padding)
+    n, c, o, oh = 4, 16, 8, (h + 2 - 3) // s + 1
+    rng = numpy.random.default_rng(h + 10 * s)
+    x, gy = (onednn._dnnl.empty_channels_last(shape) for shape in (
+        (n, c, h, h), (n, o, oh, oh)))
+    x[...], gy[...] = _rand(rng, x.shape), _rand(rng, gy.shape)
+    grad_w = lambda: C.Convolution2DGradW(  # noqa: E731
+        (o, c, 3, 3), (s, s), (1, 1), False, (1, 1), 1)
+    _check(grad_w, (x, gy), n * oh * oh)
+    key = ('grad_w_product', n * oh * oh, c * 9, o, onednn._dnnl.threads())
+    assert (key in onednn._plan._cache) == (oh * oh < 9)
+    gy[0, 0, 0, 0] = numpy.inf
+    onednn._plan._cache.pop(key, None)
+    with using_config('fp32_math', 'bf16'):
+        minichain.kernels.registered(type(grad_w()), 'onednn')(grad_w(),
+                                                               (x, gy))
+    assert key not in onednn._plan._cache
 
 
 @needs_bf16

@@ -15,6 +15,10 @@ two different layouts and each is made once per update anyway (_plan.py
 says more). The weight reorders were about 7% of oneDNN's time in a step
 at 32 x 28 (ONEDNN_VERBOSE=1).
 
+Under ``config.fp32_math`` 'bf16' a 1x1 convolution to small maps is one
+matrix product of the channels-last arrays instead (``_products.py``),
+which each kernel tries first.
+
 Declined (the next kernel or the body runs): dtypes other than float32,
 groups > 1, sizes where the body measured faster (``_usable``), any
 geometry oneDNN has no optimized code for, and, where windows reach into
@@ -26,7 +30,7 @@ import numpy
 
 from minichain.functions.geometry import conv_outsize
 from minichain.kernels.onednn import _dnnl as L
-from minichain.kernels.onednn import _fpmath
+from minichain.kernels.onednn import _fpmath, _products
 from minichain.kernels.onednn._plan import Plan, cached
 
 
@@ -51,6 +55,12 @@ def _geometry(in_size, out_size, k, stride, pad, dilate):
 # channels-last outputs (the batch normalization and max pooling after it
 # then run on oneDNN too) taking it made the step at 8 x 224 1.13x faster
 # (0.94-1.42) and left 32 x 28 small2 as it was (1.01x).
+# Under 'bf16' the forward and the backward data take the small maps too,
+# but for a strided 1x1: NumPy kernel time / oneDNN bf16 time at batch 32
+# on 2x2 outputs, fwd and bwd data, 1.5-2.7x for the 3x3 (stride 1 and 2),
+# 1.1-1.6x for the 1x1, 0.9x for the strided 1x1 (1024 -> 2048); the
+# weight gradient gained nothing there (0.9-1.0x; 2 threads, AMD EPYC Zen
+# 4, 2026-12-04).
 _MIN_PIXELS = 9
 # Which layout the primitive itself runs on (its inputs are reordered
 # into it and its outputs out of it where they differ): NHWC, the layout
@@ -90,13 +100,21 @@ def _dts(math, out):
     return tuple(L.F32 if i == out else low for i in range(3))
 
 
-def _usable(node, y_shape, *arrays):
+def _usable(node, y_shape, *arrays, small_in_bf16=False):
     """float32 4-D arrays, one group, and a size where oneDNN pays, for a
-    convolution to an output of ``y_shape``."""
+    convolution to an output of ``y_shape`` (any size under 'bf16' where
+    ``small_in_bf16``)."""
     return (node.groups == 1
             and all(a.dtype == numpy.float32 and a.ndim == 4
                     for a in arrays)
-            and y_shape[2] * y_shape[3] >= _MIN_PIXELS)
+            and (y_shape[2] * y_shape[3] >= _MIN_PIXELS
+                 or small_in_bf16 and _fpmath.mode() == 'bf16'))
+
+
+def _small_in_bf16(k, stride):
+    """Whether bfloat16 pays on maps under _MIN_PIXELS (not a strided
+    1x1)."""
+    return tuple(k) != (1, 1) or tuple(stride) == (1, 1)
 
 
 def _padded(geo):
@@ -120,7 +138,11 @@ def convolution_2d(node, inputs):
                              node.pad[a], node.cover_all, node.dilate[a])
                 for a in (0, 1))
     y_shape = (x.shape[0], W.shape[0]) + out
-    if (not _usable(node, y_shape, x, W)
+    product = _products.forward(node, x, W, b, out)
+    if product is not None:
+        return product,
+    if (not _usable(node, y_shape, x, W,
+                    small_in_bf16=_small_in_bf16(k, node.stride))
             or (b is not None and (b.dtype != x.dtype
                                    or b.shape != (W.shape[0],)))):
         return None
@@ -162,8 +184,12 @@ def deconvolution_2d(node, inputs):
     b = inputs[2] if len(inputs) == 3 else None
     k = W.shape[2:]
     gx_shape = (gy.shape[0], W.shape[1]) + tuple(node.outsize)
+    product = _products.backward_data(node, gy, W, b)
+    if product is not None:
+        return product,
     # Sized as the convolution whose backward this is: gx -> gy.
-    if (not _usable(node, gy.shape, gy, W)
+    if (not _usable(node, gy.shape, gy, W,
+                    small_in_bf16=_small_in_bf16(k, node.stride))
             or (b is not None and b.dtype != gy.dtype)):
         return None
     geo = _geometry(node.outsize, gy.shape[2:], k, node.stride, node.pad,
@@ -202,15 +228,23 @@ def _backward_data_plan(gy, W, gx_shape, geo, math):
 
 
 # -- Convolution2DGradW: the convolution's backward weights ---------------------
+# Under 'bf16' the weight gradient reads x and gy as bfloat16 and writes
+# float32, as the forward and the backward data do, except for an input
+# of fewer channels than this (an RGB or grey stem), where oneDNN's
+# bfloat16 code took 1.6-2.2x float32's time. Elsewhere float32 time /
+# bf16 time (x and gy float32 channels-last, reordered by the plan; 2
+# threads, AMD EPYC Zen 4, 2026-12-04) was 1.2-2.0x for the 3x3 at 14x14,
+# 7x7 and 4x4, 1.0-1.6x for the 1x1 (strided ones too), and 1.3-1.4x over
+# a small2 step's weight gradients (one process alternating the two). A
+# loaded run had measured 0.50x, and kept them float32 for a while.
+_BF16_GRAD_W_MIN_CHANNELS = 16
+
+
 def convolution_2d_grad_w(node, inputs):
-    # float32 whatever config.fp32_math says: oneDNN 3.2's bfloat16
-    # backward weights (float32 diff_weights) measured slower than its
-    # float32 one over ResNet-50's convolutions at 32 x 28 small2: float32
-    # time / bf16 time 0.50 in all (0.25-0.40 for 3x3 on 4x4 maps and the
-    # 3-channel stem, 1.0-3.9 on some 1x1), where the forward gained 1.72x
-    # and the backward data 1.80x (interleaved, 2 threads, AMD EPYC Zen 4,
-    # 2026-12-04, a loaded machine).
     x, gy = inputs
+    product = _products.grad_w(node, x, gy)
+    if product is not None:
+        return product,
     if not _usable(node, gy.shape, x, gy):
         return None
     w_shape = node.w_shape
@@ -218,21 +252,27 @@ def convolution_2d_grad_w(node, inputs):
                     node.pad, node.dilate)
     if _padded(geo) and not L.finite(gy):
         return None
-    key = ('grad_w', x.shape, x.strides, gy.shape, gy.strides, w_shape, geo)
-    plan = cached(key, lambda: _backward_weights_plan(x, gy, w_shape, geo))
+    math = (_fpmath.mode() if x.shape[1] >= _BF16_GRAD_W_MIN_CHANNELS
+            else 'strict')
+    key = ('grad_w', x.shape, x.strides, gy.shape, gy.strides, w_shape, geo,
+           math)
+    plan = cached(key, lambda: _backward_weights_plan(x, gy, w_shape, geo,
+                                                      math))
     if plan is None:
         return None
     node.retain_inputs((0, 1))
     return plan({L.ARG_SRC: x, L.ARG_DIFF_DST: gy})[L.ARG_DIFF_WEIGHTS],
 
 
-def _backward_weights_plan(x, gy, w_shape, geo):
+def _backward_weights_plan(x, gy, w_shape, geo, math):
     user = {L.ARG_SRC: L.of(x), L.ARG_DIFF_DST: L.of(gy)}
     if None in user.values():
         return None
-    src, diff_w, diff_dst = _mds(_on_nhwc(w_shape[2:], gy.shape), x.shape,
-                                 w_shape, gy.shape)
-    hint = _forward_pd(src, diff_w, diff_dst, geo)
+    nhwc = _on_nhwc(w_shape[2:], gy.shape)
+    src, diff_w, diff_dst = _mds(nhwc, x.shape, w_shape, gy.shape,
+                                 _dts(math, 1))
+    hint = _forward_pd(*_mds(nhwc, x.shape, w_shape, gy.shape,
+                             _dts(math, 2)), geo)
     pd = L.PrimitiveDesc(
         'dnnl_convolution_backward_weights_primitive_desc_create', L.engine,
         L.CONVOLUTION_DIRECT, src, diff_w, None, diff_dst, *map(L.dims, geo),
@@ -240,3 +280,4 @@ def _backward_weights_plan(x, gy, w_shape, geo):
     primitive = L.Primitive(pd, (L.ARG_SRC, L.ARG_DIFF_DST,
                                  L.ARG_DIFF_WEIGHTS))
     return Plan(primitive, user, {L.ARG_DIFF_WEIGHTS: tuple(w_shape)})
+
