@@ -280,4 +280,3 @@ def _backward_weights_plan(x, gy, w_shape, geo, math):
     primitive = L.Primitive(pd, (L.ARG_SRC, L.ARG_DIFF_DST,
                                  L.ARG_DIFF_WEIGHTS))
     return Plan(primitive, user, {L.ARG_DIFF_WEIGHTS: tuple(w_shape)})
-
