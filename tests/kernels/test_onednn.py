@@ -391,6 +391,51 @@ def test_a_missing_library(tmp_path, mode, library):
     assert why in last and 'onednn-cpu-gomp' in last
 
 
+_STRIDED_1X1_GRAD_W = '''
+import numpy
+import minichain
+from minichain import using_config
+from minichain.functions import convolution as C
+from minichain.kernels.onednn import _dnnl as L
+kernel = minichain.kernels.registered(C.Convolution2DGradW, 'onednn')
+rng = numpy.random.default_rng(0)
+for n in (1, 2, 3):
+    for c in (2, 4, 8, 13):
+        x = L.empty_channels_last((n, c, 10, 10))
+        x[...] = rng.standard_normal(x.shape)
+        gy = rng.standard_normal((n, 10, 5, 5)).astype(numpy.float32)
+        node = C.Convolution2DGradW((10, c, 1, 1), (2, 2), (0, 0), False,
+                                    (1, 1), 1)
+        with using_config('use_onednn', 'auto'):
+            for _ in range(5):
+                out = kernel(node, (x, gy))
+        want = node.forward((x, gy))[0]
+        if out is not None:
+            assert numpy.abs(out[0] - want).max() < 1e-3, (n, c)
+print('ok')
+'''
+
+
+def test_a_strided_1x1_weight_gradient_on_few_channels_is_declined():
+    """oneDNN 3.2 corrupts the heap there when the batch is under its
+    thread count (4 threads here): the kernel declines, whatever the
+    batch, and the process ends well (it aborted, or returned errors of
+    20, before the decline)."""
+    env = dict(os.environ, OMP_NUM_THREADS='4')
+    done = subprocess.run([sys.executable, '-c', _STRIDED_1X1_GRAD_W],
+                          env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == 'ok', (
+        done.returncode, done.stderr[-2000:])
+    x = onednn._dnnl.empty_channels_last((1, 8, 10, 10))
+    node = C.Convolution2DGradW((10, 8, 1, 1), (2, 2), (0, 0), False,
+                                (1, 1), 1)
+    gy = numpy.ones((1, 10, 5, 5), numpy.float32)
+    kernel = kernels.registered(C.Convolution2DGradW, 'onednn')
+    with using_config('use_onednn', 'auto'):
+        assert kernel(node, (x, gy)) is None
+
+
 # -- a ResNet block end to end ----------------------------------------------
 def _block_grads():
     rng = numpy.random.default_rng(6)

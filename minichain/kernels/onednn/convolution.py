@@ -245,7 +245,7 @@ def convolution_2d_grad_w(node, inputs):
     product = _products.grad_w(node, x, gy)
     if product is not None:
         return product,
-    if not _usable(node, gy.shape, x, gy):
+    if not _usable(node, gy.shape, x, gy) or _broken_1x1(node, x):
         return None
     w_shape = node.w_shape
     geo = _geometry(x.shape[2:], gy.shape[2:], w_shape[2:], node.stride,
@@ -262,6 +262,17 @@ def convolution_2d_grad_w(node, inputs):
         return None
     node.retain_inputs((0, 1))
     return plan({L.ARG_SRC: x, L.ARG_DIFF_DST: gy})[L.ARG_DIFF_WEIGHTS],
+
+
+def _broken_1x1(node, x):
+    """oneDNN 3.2's backward weights of a strided 1x1 window over fewer
+    than 16 input channels (its jit_1x1 code) corrupts the heap or returns
+    wrong values (errors of 20 on values of 1) when the batch is smaller
+    than its thread count: at 2 threads batch 1, at 4 batch 1-3, at 8
+    batch 4 (channels 2, 4, 8, 13; not 16-64, not stride 1, not 3x3; AMD
+    EPYC Zen 4, 2026-12-04). Declined whatever the batch: the body runs."""
+    return (tuple(node.w_shape[2:]) == (1, 1) and tuple(node.stride) != (1, 1)
+            and x.shape[1] < 16)
 
 
 def _backward_weights_plan(x, gy, w_shape, geo, math):
