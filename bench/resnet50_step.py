@@ -150,10 +150,11 @@ def start(name, batch, size, stem, args):
         env['MINICHAIN_ONEDNN'] = 'never'
     if name == 'bf16':
         env['MINICHAIN_FP32_MATH'] = 'bf16'
-    # OpenMP threads (oneDNN's, PyTorch's) sleep while waiting, as the
-    # training script has them (bench/README.md, "oneDNN kernels"); the
-    # environment's setting wins.
+    # OpenMP threads (oneDNN's, PyTorch's) sleep while waiting, after a
+    # short spin, as the training script has them (bench/README.md,
+    # "oneDNN kernels"); the environment's settings win.
     env.setdefault('OMP_WAIT_POLICY', 'passive')
+    env.setdefault('GOMP_SPINCOUNT', '10000')
     return _interleave.Worker(name, cmd, env=env, timeout=args.timeout)
 
 
