@@ -38,6 +38,7 @@ and the convolution's kernels run.
 """
 import numpy
 
+from minichain.functions import geometry
 from minichain.kernels.onednn import _dnnl as L
 from minichain.kernels.onednn import _fpmath, linear
 from minichain.kernels.onednn._plan import cached
@@ -172,11 +173,11 @@ def _columns(node, x, out):
     (sh, sw), (ph, pw), (oh, ow) = node.stride, node.pad, out
     if (oh - 1) * sh + kh > h + 2 * ph or (ow - 1) * sw + kw > w + 2 * pw:
         return None
-    padded = numpy.zeros((n, h + 2 * ph, w + 2 * pw, c), numpy.float32)
-    padded[:, ph:ph + h, pw:pw + w] = x.transpose(0, 2, 3, 1)
+    g = geometry.Geometry(kh, kw, sh, sw, ph, pw, 1, 1, h, w, oh, ow)
+    padded = geometry.padded(x, g)   # the op body's padding and windows
     cols = numpy.empty((n, oh, ow, c, kh, kw), numpy.float32)
     for i in range(kh):
         for j in range(kw):
-            cols[..., i, j] = padded[:, i:i + (oh - 1) * sh + 1:sh,
-                                     j:j + (ow - 1) * sw + 1:sw]
+            cols[..., i, j] = geometry.window(padded, g, i, j).transpose(
+                0, 2, 3, 1)
     return cols.reshape(n * oh * ow, c * kh * kw)
