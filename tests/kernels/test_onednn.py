@@ -220,7 +220,8 @@ def test_convolutions_take_any_input_layout(spec):
 
 @pytest.mark.parametrize('spec', BNS, ids=lambda s: 'n{}c{}h{}'.format(*s))
 @pytest.mark.parametrize('fuse', ['plain', 'relu', 'residual',
-                                  'residual_relu'])
+                                  'residual_relu', 'residual_last',
+                                  'residual_last_relu'])
 def test_batch_normalization_kernels_equal_bodies(spec, fuse):
     # x channels-last, as the convolution kernels hand it over; gy in
     # both layouts (a gradient from NumPy code is C-ordered)
@@ -231,7 +232,10 @@ def test_batch_normalization_kernels_equal_bodies(spec, fuse):
     gamma, beta = _rand(rng, c), _rand(rng, c)
     inputs = (x, gamma, beta)
     if fuse.startswith('residual'):
-        inputs += (_rand(rng, shape),)
+        # C-ordered: NumPy adds it; channels-last as y: oneDNN's binary add
+        residual = _rand(rng, shape)
+        inputs += (_channels_last(residual) if '_last' in fuse
+                   else residual,)
     relu = fuse.endswith('relu')
     lay = Layout(shape, (0, 2, 3))
     running = [[numpy.full(c, v, numpy.float32) for v in (0.5, 2.0)]
@@ -266,6 +270,26 @@ def test_batch_normalization_kernels_equal_bodies(spec, fuse):
             assert numpy.all(abs(g - r) <= _bn_bound(x, r, m))
         assert onednn._dnnl.is_channels_last(grads[0])
         _same_retained(kn, bn_)
+
+
+def test_batch_normalization_residual_keeps_nan_and_inf():
+    # oneDNN's relu post-op turns NaN into 0: a residual holding NaN or
+    # inf is added by NumPy, which keeps the body's values
+    rng = numpy.random.default_rng(4)
+    shape = (4, 16, 8, 8)
+    x = _channels_last(_rand(rng, shape))
+    g = numpy.ones(16, numpy.float32)
+    lay = Layout(shape, (0, 2, 3))
+    for bad in (numpy.nan, numpy.inf, -numpy.inf):
+        residual = _rand(rng, shape)
+        residual[1, 2, 3, 4] = bad
+        residual = _channels_last(residual)
+        (y,), _, (ref,), _ = _both(
+            lambda: N.BatchNormalization(lay, 2e-5, None, None, 0.9, True),
+            (x, g, g, residual))
+        numpy.testing.assert_array_equal(y[1, 2, 3, 4], ref[1, 2, 3, 4])
+        assert numpy.isnan(y[1, 2, 3, 4]) == numpy.isnan(bad)
+        assert y[1, 2, 3, 4] == max(bad, 0) or numpy.isnan(bad)
 
 
 def test_batch_normalization_declines_what_is_not_channels_last():

@@ -41,7 +41,7 @@ FORWARD_TRAINING = 64           # dnnl_prop_kind_t
 FORWARD_INFERENCE = 96
 BACKWARD = 128
 CONVOLUTION_DIRECT = 0x1        # dnnl_alg_kind_t
-ELTWISE_RELU_USE_DST = 0x100
+ELTWISE_RELU, ELTWISE_RELU_USE_DST = 0x20, 0x100
 POOLING_MAX, POOLING_AVG_INCLUDE_PADDING = 0x1ff, 0x2ff
 BINARY_ADD = 0x1fff0
 USE_GLOBAL_STATS = 0x1          # dnnl_normalization_flags_t
@@ -201,6 +201,7 @@ def _declare(lib):
         'dnnl_post_ops_create': (P,),
         'dnnl_post_ops_destroy': (H,),
         'dnnl_post_ops_append_sum': (H, F, ctypes.c_int32, I),
+        'dnnl_post_ops_append_eltwise': (H, I, F, F),
     }
     for name, args in status.items():
         fn = getattr(lib, name)

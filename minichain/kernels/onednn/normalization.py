@@ -9,9 +9,10 @@ than it saved (0.23-0.82x the NumPy kernel, an earlier version).
 
 The forward fuses what oneDNN can of what ends a ResNet block:
 ``relu=True`` without a residual is its ``fuse_norm_relu`` flag; a
-residual (and the relu after it) is applied by NumPy after, since oneDNN
-3.2's CPU code has no ``fuse_norm_add_relu`` in any layout (status
-unimplemented). Like the body, the kernel leaves
+residual (and the relu after it) is a second primitive, a binary add
+with a relu post-op in place (``_binary.py``), since oneDNN 3.2's CPU
+code has no ``fuse_norm_add_relu`` in any layout (status unimplemented):
+one threaded pass where NumPy's add and maximum made two on one thread. Like the body, the kernel leaves
 on the node the per-channel ``mean`` and ``inv_std`` that the backward
 reads, and updates the running statistics in place.
 
@@ -24,6 +25,7 @@ import numpy
 
 from minichain.kernels.numpy.normalization import finite
 from minichain.kernels.onednn import _dnnl as L
+from minichain.kernels.onednn._binary import Attr, binary_add
 from minichain.kernels.onednn._plan import Plan, cached
 
 _SCALE_SHIFT = L.USE_SCALE | L.USE_SHIFT
@@ -77,7 +79,7 @@ def batch_normalization(node, inputs):
         # whose statistics are not finite (x's NaN or inf, 0 * inf) may
         # hold NaN in the body's y: the body runs.
         return None
-    if residual is not None:
+    if residual is not None and not _add_residual(y, residual, node.relu):
         # In the order of the body (bn, + residual, relu): same values.
         numpy.add(y, residual, out=y)
         if node.relu:
@@ -85,6 +87,27 @@ def batch_normalization(node, inputs):
     node.keep_statistics(mean, var, inv_std, True)  # centered: the body's
     # backward then forms x - mean
     return y,
+
+
+def _add_residual(y, residual, relu):
+    """``y <- relu(y + residual)`` (relu when asked) in place, in one pass
+    on oneDNN's threads, where ``residual`` lies as ``y`` does (both one
+    dense NHWC run, read as flat arrays); False when it did not run.
+    oneDNN's relu turns NaN into 0 where the body's ``maximum`` keeps it:
+    ``y`` is finite here (its statistics, gamma and beta are), so a sum
+    can only be NaN through the residual, which is checked first."""
+    if residual.strides != y.strides or not L.is_channels_last(residual) \
+            or (relu and not L.finite(residual)):
+        return False
+    n = y.size
+    add = cached(('add_relu' if relu else 'add_in_place', n),
+                 lambda: binary_add(n, Attr(relu=True) if relu else None))
+    if add is None:
+        return False
+    flat = y.transpose(0, 2, 3, 1).reshape(-1)   # views, no copy
+    add({L.ARG_SRC: flat, L.ARG_DST: flat,
+         L.ARG_SRC_1: residual.transpose(0, 2, 3, 1).reshape(-1)})
+    return True
 
 
 def _forward_plan(shape, eps, flags, prop=L.FORWARD_TRAINING):

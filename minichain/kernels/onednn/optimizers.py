@@ -31,11 +31,10 @@ arrays that are not C-contiguous, a read-only parameter or velocity
 normalization's scales and shifts: two executes cost more than NumPy's
 few ufunc calls there).
 """
-import ctypes
-
 import numpy
 
 from minichain.kernels.onednn import _dnnl as L
+from minichain.kernels.onednn._binary import Attr, binary_add
 from minichain.kernels.onednn._plan import cached
 
 # Below this many elements the body was as fast or faster: two executes
@@ -47,59 +46,15 @@ _SCALE_0 = L.ARG_ATTR_SCALES | L.ARG_SRC
 _SCALE_1 = L.ARG_ATTR_SCALES | L.ARG_SRC_1
 
 
-class Attr(L.Owned):
-    """Primitive attributes that this object owns: one scale per tensor,
-    given at execute time, for each argument in ``scales`` (as
-    ``ARG_ATTR_SCALES | arg``, a float32 array of one element), and with
-    ``sum_scale`` a sum post-op, ``dst = sum_scale * dst + result``.
-    A primitive descriptor copies them when it is created."""
-    destroy = 'dnnl_primitive_attr_destroy'
-
-    def __init__(self, scales=(), sum_scale=None):
-        self.handle = ctypes.c_void_p()
-        L.check('dnnl_primitive_attr_create',
-                L.lib.dnnl_primitive_attr_create(ctypes.byref(self.handle)))
-        for arg in scales:   # mask 0: one scale for the whole tensor
-            L.check('dnnl_primitive_attr_set_scales_mask',
-                    L.lib.dnnl_primitive_attr_set_scales_mask(
-                        self.handle, arg, 0))
-        if sum_scale is not None:
-            post_ops = ctypes.c_void_p()
-            L.check('dnnl_post_ops_create',
-                    L.lib.dnnl_post_ops_create(ctypes.byref(post_ops)))
-            try:   # zero point 0, data type undef (0): dst's own
-                L.check('dnnl_post_ops_append_sum',
-                        L.lib.dnnl_post_ops_append_sum(post_ops, sum_scale,
-                                                       0, 0))
-                L.check('dnnl_primitive_attr_set_post_ops',
-                        L.lib.dnnl_primitive_attr_set_post_ops(self.handle,
-                                                               post_ops))
-            finally:
-                L.lib.dnnl_post_ops_destroy(post_ops)
-
-
-def _binary_add(n, attr):
-    """A primitive computing dst = src_0 + src_1 (as ``attr`` scales and
-    post-processes them) on flat float32 arrays of ``n`` elements."""
-    md = L.plain((n,))
-    pd = L.PrimitiveDesc('dnnl_binary_primitive_desc_create', L.engine,
-                         L.BINARY_ADD, md, md, md, attr)
-    args = (L.ARG_SRC, L.ARG_SRC_1, L.ARG_DST)
-    if attr is None:
-        return L.Primitive(pd, args)
-    one = L.plain((1,))
-    return L.Primitive(pd, args + (_SCALE_0, _SCALE_1),
-                       mds={_SCALE_0: one, _SCALE_1: one})
-
-
 def _velocity(n, momentum):
     """v <- momentum * v + s_0 * g + s_1 * param (with weight decay)."""
-    return _binary_add(n, Attr((L.ARG_SRC, L.ARG_SRC_1), momentum))
+    return binary_add(n, Attr((L.ARG_SRC, L.ARG_SRC_1), momentum),
+                      (_SCALE_0, _SCALE_1))
 
 
 def _velocity_plain(n):
     """v <- s_0 * v + s_1 * g, in place (without weight decay)."""
-    return _binary_add(n, Attr((L.ARG_SRC, L.ARG_SRC_1)))
+    return binary_add(n, Attr((L.ARG_SRC, L.ARG_SRC_1)), (_SCALE_0, _SCALE_1))
 
 
 def _scale(value):
@@ -135,7 +90,7 @@ def momentum_sgd(rule, param):
                           lambda: _velocity_plain(n))
         args = {L.ARG_SRC: v1, L.ARG_SRC_1: g1, L.ARG_DST: v1,
                 _SCALE_0: _scale(mu), _SCALE_1: _scale(-hp.lr)}
-    move = cached(('add_in_place', n), lambda: _binary_add(n, None))
+    move = cached(('add_in_place', n), lambda: binary_add(n))
     if velocity is None or move is None:
         return None
     velocity(args)

@@ -1,0 +1,61 @@
+"""oneDNN's binary add, with the attributes the kernels give it: what the
+MomentumSGD update (``optimizers.py``) and the end of a ResNet block
+(``normalization.py``: ``relu(bn(x) + residual)``) run on.
+
+A binary primitive is one pass over its operands on oneDNN's threads;
+NumPy's ufuncs run on one thread, one pass per ufunc.
+"""
+import ctypes
+
+from minichain.kernels.onednn import _dnnl as L
+
+
+class Attr(L.Owned):
+    """Primitive attributes that this object owns: one scale per tensor,
+    given at execute time, for each argument in ``scales`` (as
+    ``ARG_ATTR_SCALES | arg``, a float32 array of one element); with
+    ``sum_scale`` a sum post-op, ``dst = sum_scale * dst + result``; with
+    ``relu`` a relu post-op, ``dst = max(result, 0)``, last.
+    A primitive descriptor copies them when it is created."""
+    destroy = 'dnnl_primitive_attr_destroy'
+
+    def __init__(self, scales=(), sum_scale=None, relu=False):
+        self.handle = ctypes.c_void_p()
+        L.check('dnnl_primitive_attr_create',
+                L.lib.dnnl_primitive_attr_create(ctypes.byref(self.handle)))
+        for arg in scales:   # mask 0: one scale for the whole tensor
+            L.check('dnnl_primitive_attr_set_scales_mask',
+                    L.lib.dnnl_primitive_attr_set_scales_mask(
+                        self.handle, arg, 0))
+        if sum_scale is None and not relu:
+            return
+        post_ops = ctypes.c_void_p()
+        L.check('dnnl_post_ops_create',
+                L.lib.dnnl_post_ops_create(ctypes.byref(post_ops)))
+        try:
+            if sum_scale is not None:  # zero point 0, data type dst's own
+                L.check('dnnl_post_ops_append_sum',
+                        L.lib.dnnl_post_ops_append_sum(post_ops, sum_scale,
+                                                       0, 0))
+            if relu:                   # alpha 0 (no leak), beta unused
+                L.check('dnnl_post_ops_append_eltwise',
+                        L.lib.dnnl_post_ops_append_eltwise(
+                            post_ops, L.ELTWISE_RELU, 0.0, 0.0))
+            L.check('dnnl_primitive_attr_set_post_ops',
+                    L.lib.dnnl_primitive_attr_set_post_ops(self.handle,
+                                                           post_ops))
+        finally:
+            L.lib.dnnl_post_ops_destroy(post_ops)
+
+
+def binary_add(n, attr=None, scales=()):
+    """A primitive computing dst = src_0 + src_1 (as ``attr`` scales and
+    post-processes them) on flat float32 arrays of ``n`` elements; the
+    arguments ``scales`` (``ARG_ATTR_SCALES | arg``) take one-element
+    arrays at execute time."""
+    md = L.plain((n,))
+    pd = L.PrimitiveDesc('dnnl_binary_primitive_desc_create', L.engine,
+                         L.BINARY_ADD, md, md, md, attr)
+    one = L.plain((1,))
+    return L.Primitive(pd, (L.ARG_SRC, L.ARG_SRC_1, L.ARG_DST) + scales,
+                       mds={arg: one for arg in scales})
