@@ -168,28 +168,39 @@ class BatchNormalization(FunctionNode):
     def backward(self, indexes, grad_outputs):
         x, gamma = self.get_retained_inputs()
         gy, = grad_outputs
-        if self.relu:
-            y, = self.get_retained_outputs()
-            gy = ReLUGrad().apply((y, gy))[0]
+        y = self.get_retained_outputs() if self.relu else ()
+        if y and len(self.inputs) == 4:  # masked gy: the residual's too
+            gy, y = ReLUGrad().apply((y[0], gy))[0], ()
         grads = (None,) * 3
-        if min(indexes) < 3:
+        if min(indexes) < 3:  # given y, it masks gy itself: a pass less
             grads = BatchNormalizationGrad(
                 self.lay, self.eps, self.mean, self.inv_std, self.centered
-            ).apply((x, gamma, gy))
+            ).apply((x, gamma, gy) + y)
         grads += (gy,)  # the residual's gradient
         return tuple(grads[i] for i in indexes)
 
 
 class BatchNormalizationGrad(FunctionNode):
-    """``(x, gamma, gy) -> (gx, ggamma, gbeta)``, fused; differentiable."""
+    """``(x, gamma, gy) -> (gx, ggamma, gbeta)``, fused; differentiable.
+    A fourth input ``y`` (a forward's output after relu) masks gy first,
+    as ``ReLUGrad`` would."""
 
     def __init__(self, lay, eps, mean, inv_std, centered):
         self.lay, self.eps = lay, eps
         self.mean, self.inv_std, self.centered = mean, inv_std, centered
 
+    @staticmethod
+    def masked(inputs):
+        """``(x, gamma, gy)``, gy masked when ``inputs`` hold y (for the
+        kernels that have no mask of their own)."""
+        x, gamma, gy = inputs[:3]
+        if len(inputs) == 4:
+            gy = gy * (inputs[3] > 0)  # ReLUGrad's body
+        return x, gamma, gy
+
     def forward(self, inputs):
-        self.retain_inputs((0, 1, 2))
-        x, gamma, gy = inputs
+        self.retain_inputs(tuple(range(len(inputs))))
+        x, gamma, gy = self.masked(inputs)
         lay = self.lay
         acc = acc_dtype(x.dtype)
         gya = gy.astype(acc, copy=False)
@@ -211,7 +222,9 @@ class BatchNormalizationGrad(FunctionNode):
         # P(gy), ggamma = sum(gy * x_hat), gbeta = sum(gy); this
         # differentiates those. x_hat and inv_std are rebuilt from x with F
         # functions so that the result is itself differentiable.
-        x, gamma, gy = self.get_retained_inputs()
+        x, gamma, gy, *y = self.get_retained_inputs()
+        if y:  # relu's mask: a step function of y, whose gradient is None
+            gy = ReLUGrad().apply((y[0], gy))[0]
         ggx, gggamma, ggbeta = grad_outputs
         lay = self.lay
         x_hat, inv_std = _normalize_composite(x, lay, self.eps)
@@ -244,7 +257,9 @@ class BatchNormalizationGrad(FunctionNode):
             g_gy = _add(g_gy, b(reshape(ggbeta, lay.bshape)))
         if g_xhat is not None:
             g_x = _add(g_x, b(inv_std) * proj(g_xhat))
-        result = {0: g_x, 1: g_gamma, 2: g_gy}
+        if y and g_gy is not None and 2 in indexes:
+            g_gy = ReLUGrad().apply((y[0], g_gy))[0]
+        result = {0: g_x, 1: g_gamma, 2: g_gy, 3: None}
         return tuple(result[i] for i in indexes)
 
 

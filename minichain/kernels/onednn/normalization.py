@@ -100,14 +100,16 @@ def _forward_plan(shape, eps, flags, prop=L.FORWARD_TRAINING):
 
 
 def batch_normalization_grad(node, inputs):
-    x, gamma, gy = inputs
+    x, gamma, gy = inputs[:3]
     if not _usable(node.lay, x, (gamma,), (gy,)):
         return None
+    if len(inputs) == 4:  # y: gy masked as the body masks it, by NumPy
+        gy = node.masked(inputs)[2]
     plan = cached(('bn_grad', x.shape, gy.strides, float(node.eps)),
                   lambda: _backward_plan(x.shape, L.of(gy), node.eps))
     if plan is None:
         return None
-    node.retain_inputs((0, 1, 2))
+    node.retain_inputs(tuple(range(len(inputs))))
     # oneDNN takes the variance, the node keeps inv_std = (var + eps)^-1/2:
     # var = inv_std^-2 - eps gives back var + eps to float32 rounding.
     inv_std = node.inv_std.astype(numpy.float64)
