@@ -137,7 +137,8 @@ class BatchNormalization(FunctionNode):
         self.keep_statistics(mean, var, inv_std, True)
         return y,
 
-    def keep_statistics(self, mean, var, inv_std, centered, running=True):
+    def keep_statistics(self, mean, var, inv_std, centered, running=True,
+                        relu_workspace=None):
         """What backward keeps, and the running averages: called by the
         body and by every kernel of this node.
 
@@ -149,6 +150,9 @@ class BatchNormalization(FunctionNode):
                 (True is always safe; the body ignores it).
             running: False when the kernel already updated the running
                 averages (in the launch that computed the statistics).
+            relu_workspace: a hint for BatchNormalizationGrad's kernels:
+                relu's mask (``y > 0``) in the form the kernel's fused
+                relu wrote it, or None (the body's: backward reads y).
         """
         self.retain_inputs((0, 1))
         if self.relu:
@@ -157,6 +161,7 @@ class BatchNormalization(FunctionNode):
         # pass over x. x_hat (as big as x) is not kept; backward folds it
         # into its formula at the cost of at most one elementwise pass.
         self.mean, self.inv_std, self.centered = mean, inv_std, centered
+        self.relu_workspace = relu_workspace
         if running and self.running_mean is not None:
             d = self.decay
             self.running_mean[...] = d * self.running_mean + (1 - d) * mean
@@ -174,8 +179,8 @@ class BatchNormalization(FunctionNode):
         grads = (None,) * 3
         if min(indexes) < 3:  # given y, it masks gy itself: a pass less
             grads = BatchNormalizationGrad(
-                self.lay, self.eps, self.mean, self.inv_std, self.centered
-            ).apply((x, gamma, gy) + y)
+                self.lay, self.eps, self.mean, self.inv_std, self.centered,
+                self.relu_workspace).apply((x, gamma, gy) + y)
         grads += (gy,)  # the residual's gradient
         return tuple(grads[i] for i in indexes)
 
@@ -183,11 +188,13 @@ class BatchNormalization(FunctionNode):
 class BatchNormalizationGrad(FunctionNode):
     """``(x, gamma, gy) -> (gx, ggamma, gbeta)``, fused; differentiable.
     A fourth input ``y`` (a forward's output after relu) masks gy first,
-    as ``ReLUGrad`` would."""
+    as ``ReLUGrad`` would; ``relu_workspace``: see ``keep_statistics``."""
 
-    def __init__(self, lay, eps, mean, inv_std, centered):
+    def __init__(self, lay, eps, mean, inv_std, centered,
+                 relu_workspace=None):
         self.lay, self.eps = lay, eps
         self.mean, self.inv_std, self.centered = mean, inv_std, centered
+        self.relu_workspace = relu_workspace
 
     @staticmethod
     def masked(inputs):
