@@ -137,7 +137,8 @@ class BatchNormalization(FunctionNode):
         self.keep_statistics(mean, var, inv_std, True)
         return y,
 
-    def keep_statistics(self, mean, var, inv_std, centered, running=True):
+    def keep_statistics(self, mean, var, inv_std, centered, running=True,
+                        relu_workspace=None):
         """What backward keeps, and the running averages: called by the
         body and by every kernel of this node.
 
@@ -149,6 +150,9 @@ class BatchNormalization(FunctionNode):
                 (True is always safe; the body ignores it).
             running: False when the kernel already updated the running
                 averages (in the launch that computed the statistics).
+            relu_workspace: a hint for BatchNormalizationGrad's kernels:
+                relu's mask (``y > 0``) in the form the kernel's fused
+                relu wrote it, or None (the body's: backward reads y).
         """
         self.retain_inputs((0, 1))
         if self.relu:
@@ -157,6 +161,7 @@ class BatchNormalization(FunctionNode):
         # pass over x. x_hat (as big as x) is not kept; backward folds it
         # into its formula at the cost of at most one elementwise pass.
         self.mean, self.inv_std, self.centered = mean, inv_std, centered
+        self.relu_workspace = relu_workspace
         if running and self.running_mean is not None:
             d = self.decay
             self.running_mean[...] = d * self.running_mean + (1 - d) * mean
@@ -168,28 +173,41 @@ class BatchNormalization(FunctionNode):
     def backward(self, indexes, grad_outputs):
         x, gamma = self.get_retained_inputs()
         gy, = grad_outputs
-        if self.relu:
-            y, = self.get_retained_outputs()
-            gy = ReLUGrad().apply((y, gy))[0]
+        y = self.get_retained_outputs() if self.relu else ()
+        if y and len(self.inputs) == 4:  # masked gy: the residual's too
+            gy, y = ReLUGrad().apply((y[0], gy))[0], ()
         grads = (None,) * 3
-        if min(indexes) < 3:
+        if min(indexes) < 3:  # given y, it masks gy itself: a pass less
             grads = BatchNormalizationGrad(
-                self.lay, self.eps, self.mean, self.inv_std, self.centered
-            ).apply((x, gamma, gy))
+                self.lay, self.eps, self.mean, self.inv_std, self.centered,
+                self.relu_workspace).apply((x, gamma, gy) + y)
         grads += (gy,)  # the residual's gradient
         return tuple(grads[i] for i in indexes)
 
 
 class BatchNormalizationGrad(FunctionNode):
-    """``(x, gamma, gy) -> (gx, ggamma, gbeta)``, fused; differentiable."""
+    """``(x, gamma, gy) -> (gx, ggamma, gbeta)``, fused; differentiable.
+    A fourth input ``y`` (a forward's output after relu) masks gy first,
+    as ``ReLUGrad`` would; ``relu_workspace``: see ``keep_statistics``."""
 
-    def __init__(self, lay, eps, mean, inv_std, centered):
+    def __init__(self, lay, eps, mean, inv_std, centered,
+                 relu_workspace=None):
         self.lay, self.eps = lay, eps
         self.mean, self.inv_std, self.centered = mean, inv_std, centered
+        self.relu_workspace = relu_workspace
+
+    @staticmethod
+    def masked(inputs):
+        """``(x, gamma, gy)``, gy masked when ``inputs`` hold y (for the
+        kernels that have no mask of their own)."""
+        x, gamma, gy = inputs[:3]
+        if len(inputs) == 4:
+            gy = gy * (inputs[3] > 0)  # ReLUGrad's body
+        return x, gamma, gy
 
     def forward(self, inputs):
-        self.retain_inputs((0, 1, 2))
-        x, gamma, gy = inputs
+        self.retain_inputs(tuple(range(len(inputs))))
+        x, gamma, gy = self.masked(inputs)
         lay = self.lay
         acc = acc_dtype(x.dtype)
         gya = gy.astype(acc, copy=False)
@@ -211,7 +229,9 @@ class BatchNormalizationGrad(FunctionNode):
         # P(gy), ggamma = sum(gy * x_hat), gbeta = sum(gy); this
         # differentiates those. x_hat and inv_std are rebuilt from x with F
         # functions so that the result is itself differentiable.
-        x, gamma, gy = self.get_retained_inputs()
+        x, gamma, gy, *y = self.get_retained_inputs()
+        if y:  # relu's mask: a step function of y, whose gradient is None
+            gy = ReLUGrad().apply((y[0], gy))[0]
         ggx, gggamma, ggbeta = grad_outputs
         lay = self.lay
         x_hat, inv_std = _normalize_composite(x, lay, self.eps)
@@ -244,7 +264,9 @@ class BatchNormalizationGrad(FunctionNode):
             g_gy = _add(g_gy, b(reshape(ggbeta, lay.bshape)))
         if g_xhat is not None:
             g_x = _add(g_x, b(inv_std) * proj(g_xhat))
-        result = {0: g_x, 1: g_gamma, 2: g_gy}
+        if y and g_gy is not None and 2 in indexes:
+            g_gy = ReLUGrad().apply((y[0], g_gy))[0]
+        result = {0: g_x, 1: g_gamma, 2: g_gy, 3: None}
         return tuple(result[i] for i in indexes)
 
 

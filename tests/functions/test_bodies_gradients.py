@@ -21,7 +21,7 @@ def bodies_only():
         yield
 
 
-def _bn(x, gamma, beta, residual):
+def _bn(x, gamma, beta, residual=None):
     return F.batch_normalization(x, gamma, beta, residual=residual,
                                  relu=True)
 
@@ -45,6 +45,9 @@ CASES = {
     'batch_normalization': (
         _bn, [rand((4, 3, 2, 2), F64), rand((3,), F64, 0.5, 1.5, seed=1),
               rand((3,), F64, seed=2), rand((4, 3, 2, 2), F64, seed=3)]),
+    'batch_normalization_relu': (  # relu's backward in BN's grad node
+        _bn, [rand((4, 3, 2, 2), F64), rand((3,), F64, 0.5, 1.5, seed=1),
+              rand((3,), F64, seed=2)]),
     'fixed_batch_normalization': (
         F.fixed_batch_normalization,
         [rand((4, 3, 2, 2), F64), rand((3,), F64, seed=1),
@@ -65,7 +68,8 @@ def test_body_gradients(name):
 
 
 @pytest.mark.parametrize('name', ['convolution_3x3', 'batch_normalization',
-                                  'max_pooling', 'linear'])
+                                  'batch_normalization_relu', 'max_pooling',
+                                  'linear'])
 def test_body_second_order_gradients(name):
     func, inputs = CASES[name]
     double_grad_check(func, inputs, F64)

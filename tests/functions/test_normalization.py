@@ -2,8 +2,10 @@ import numpy
 import pytest
 
 import minichain
-from minichain import backend
+from minichain import backend, kernel_seam
 from minichain import functions as F
+from minichain.functions import normalization as N
+from minichain.functions.activation import ReLUGrad
 from minichain.functions.normalization import (
     _batch_normalization_composite, _fixed_batch_normalization_composite)
 from minichain.gradient_check import check_backward, check_double_backward
@@ -242,29 +244,83 @@ def test_residual_and_relu_equal_the_separate_ops(dtype, layout,
     assert numpy.array_equal(y.array, want.array)
 
 
-def test_residual_and_relu_gradients_float64():
+@pytest.mark.parametrize('with_residual', [True, False])
+def test_residual_and_relu_gradients_float64(with_residual):
+    """Without a residual, relu's backward runs inside
+    BatchNormalizationGrad (given y): first and second order too."""
     x, gamma, beta, gy = _data((3, 4, 3, 3), seed=23)
     rng = numpy.random.default_rng(24)
-    r = rng.standard_normal(x.shape)
-    ggs = [rng.standard_normal(a.shape) for a in (x, gamma, beta, r)]
+    inputs = (x, gamma, beta) + ((rng.standard_normal(x.shape),)
+                                 if with_residual else ())
+    ggs = [rng.standard_normal(a.shape) for a in inputs]
 
-    def fused(x, g, b, r):
+    def fused(x, g, b, r=None):
         return F.batch_normalization(x, g, b, residual=r, relu=True)
 
-    def composite(x, g, b, r):
+    def composite(x, g, b, r=None):
         return _batch_normalization_composite(x, g, b, residual=r, relu=True)
-    check_backward(fused, (x, gamma, beta, r), gy, **TOL64)
-    check_backward(composite, (x, gamma, beta, r), gy, **TOL64)
-    check_double_backward(fused, (x, gamma, beta, r), gy, ggs,
+    check_backward(fused, inputs, gy, **TOL64)
+    check_backward(composite, inputs, gy, **TOL64)
+    check_double_backward(fused, inputs, gy, ggs,
                           eps=1e-6, atol=1e-6, rtol=1e-5)
-    _, g1 = _grads(fused, (x, gamma, beta, r), gy)
-    _, g2 = _grads(composite, (x, gamma, beta, r), gy)
+    _, g1 = _grads(fused, inputs, gy)
+    _, g2 = _grads(composite, inputs, gy)
     for a, b in zip(g1, g2):
         numpy.testing.assert_allclose(a, b, atol=1e-10)
-    # relu's mask holds back the gradient where the output is zero
-    y, (_, _, _, gr) = _grads(fused, (x, gamma, beta, r), gy)
-    assert (y == 0).any() and (gr[y == 0] == 0).all()
-    assert numpy.array_equal(gr[y > 0], gy[y > 0])
+    if with_residual:
+        # relu's mask holds back the gradient where the output is zero
+        y, (_, _, _, gr) = _grads(fused, inputs, gy)
+        assert (y == 0).any() and (gr[y == 0] == 0).all()
+        assert numpy.array_equal(gr[y > 0], gy[y > 0])
+
+
+@pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32,
+                                   numpy.float64])
+def test_grad_given_y_equals_relu_grad_then_grad(dtype):
+    """BatchNormalizationGrad given y: the bits of ReLUGrad, then
+    BatchNormalizationGrad on the masked gy (the bodies)."""
+    x, gamma, beta, gy = _data((4, 5, 3, 3), dtype, seed=25)
+    with minichain.using_config('use_kernels', False):
+        y = F.batch_normalization(minichain.Variable(x), gamma, beta,
+                                  relu=True)
+    bn = y.creator
+
+    def grad():
+        return N.BatchNormalizationGrad(bn.lay, bn.eps, bn.mean, bn.inv_std,
+                                        bn.centered)
+    node = grad()
+    got = node.forward((x, gamma, gy, y.array))
+    masked, = ReLUGrad().forward((y.array, gy))
+    want = grad().forward((x, gamma, masked))
+    assert (y.array == 0).any() and (y.array > 0).any()
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and numpy.array_equal(a, b)
+    assert node._input_indexes_to_retain == (0, 1, 2, 3)
+
+
+@pytest.mark.parametrize('with_residual', [False, True])
+def test_relu_backward_is_a_node_of_its_own_only_with_a_residual(
+        with_residual):
+    x, gamma, beta, gy = _data((4, 3, 2, 2), seed=26)
+    r = numpy.ones_like(x) if with_residual else None
+    y = F.batch_normalization(minichain.Variable(x), gamma, beta,
+                              residual=r, relu=True)
+    applied = []
+    real = kernel_seam.forward
+
+    def spy(node, inputs):
+        applied.append((type(node), len(inputs)))
+        return real(node, inputs)
+    kernel_seam.forward = spy  # the seam FunctionNode.apply calls
+    try:
+        y.grad = gy
+        y.backward()
+    finally:
+        kernel_seam.forward = real
+    if with_residual:
+        assert applied == [(ReLUGrad, 2), (N.BatchNormalizationGrad, 3)]
+    else:
+        assert applied == [(N.BatchNormalizationGrad, 4)]
 
 
 @pytest.mark.parametrize('offset', [0.0, 3.0, 50.0])

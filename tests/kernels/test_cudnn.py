@@ -55,6 +55,9 @@ def test_the_kernels_decline_numpy_arrays():
     gamma = numpy.ones(3, numpy.float32)
     assert kernels.registered(N.BatchNormalization, 'cudnn')(
         bn, (x, gamma, gamma)) is None
+    grad = N.BatchNormalizationGrad(bn.lay, 2e-5, gamma, gamma, True)
+    assert kernels.registered(N.BatchNormalizationGrad, 'cudnn')(
+        grad, (x, gamma, x, x)) is None  # (x, gamma, gy, y)
 
 
 _ASK = '''
@@ -172,9 +175,11 @@ def test_each_batch_normalization_kernel_equals_the_body(shape, dtype,
     _check(N.BatchNormalization(lay, 2e-5, *running, 0.9, residual_relu),
            inputs, lay.m, dtype)
     forward = N.BatchNormalization(lay, 2e-5, None, None, 0.9)
-    forward.forward((x, gamma, beta))  # the statistics backward reads
+    y, = forward.forward((x, gamma, beta))  # the statistics backward reads
     _check(N.BatchNormalizationGrad(lay, 2e-5, forward.mean,
                                     forward.inv_std, True),
-           (x, gamma, _gpu(rng.standard_normal(shape), dtype)), lay.m, dtype)
+           (x, gamma, _gpu(rng.standard_normal(shape), dtype))
+           + ((y,) if residual_relu else ()),  # y: gy masked by y > 0
+           lay.m, dtype)
     _check(N.FixedBatchNormalization(lay, 2e-5),
            (x, gamma, beta, mean, var), 4, dtype)

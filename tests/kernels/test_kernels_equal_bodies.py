@@ -109,7 +109,7 @@ def _bn_forward(node, inputs):
 
 
 def _bn_backward(node, inputs):
-    x, gamma, gy = inputs
+    x, gamma, gy = node.masked(inputs)  # with y: gy as the sums see it
     m, lay = node.lay.m, node.lay
     inv_std, mean = node.inv_std, node.mean
     x_hat = _amax((x - mean.reshape(lay.bshape)) * inv_std.reshape(lay.bshape))

@@ -246,6 +246,7 @@ def test_batch_normalization_kernels_equal_bodies(spec, fuse):
         mean, var = next(nodes)
         return N.BatchNormalization(lay, 2e-5, mean, var, 0.9, relu)
     (y,), kn, (ref,), bn_ = _both(bn, inputs)
+    forward = kn
     m = lay.m
     assert numpy.all(abs(y - ref) <= _bn_bound(x, ref, m))
     assert onednn._dnnl.is_channels_last(y)
@@ -270,6 +271,51 @@ def test_batch_normalization_kernels_equal_bodies(spec, fuse):
             assert numpy.all(abs(g - r) <= _bn_bound(x, r, m))
         assert onednn._dnnl.is_channels_last(grads[0])
         _same_retained(kn, bn_)
+    # relu without a residual: oneDNN's mask, left by the forward, masks gy
+    # inside the backward; as ReLUGrad and then the unfused kernel
+    assert (forward.relu_workspace is None) == (fuse != 'relu')
+    if fuse == 'relu':
+        _fused_relu_grad_equals_unfused(forward, x, gamma, y, gy)
+
+
+def _fused_relu_grad_equals_unfused(forward, x, gamma, y, gy):
+    kernel = _kernel(N.BatchNormalizationGrad)
+    stats = (forward.lay, forward.eps, forward.mean, forward.inv_std,
+             forward.centered)
+    for g_in in (gy, _channels_last(gy)):
+        fused = N.BatchNormalizationGrad(*stats, forward.relu_workspace)
+        got = kernel(fused, (x, gamma, g_in, y))
+        unfused = kernel(N.BatchNormalizationGrad(*stats),
+                         (x, gamma, g_in * (y > 0)))
+        body = N.BatchNormalizationGrad(*stats).forward((x, gamma, g_in, y))
+        for g, u, b in zip(got, unfused, body):
+            assert numpy.all(abs(g - u) <= _bn_bound(x, u, forward.lay.m))
+            assert numpy.all(abs(g - b) <= _bn_bound(x, b, forward.lay.m))
+        assert onednn._dnnl.is_channels_last(got[0])
+        assert fused._input_indexes_to_retain == (0, 1, 2, 3)
+
+
+@pytest.mark.parametrize('forward_on', ['onednn', 'the NumPy kernel'])
+def test_batch_normalization_relu_backward_after_either_forward(forward_on):
+    """Without oneDNN's mask (another kernel ran the forward) the backward
+    kernel masks gy by y > 0, as the body: the same gradients."""
+    rng = numpy.random.default_rng(11)
+    shape = (2, 64, 14, 14)
+    x = _channels_last(_rand(rng, shape) * 3 + 1)
+    gamma, beta, gy = _rand(rng, 64), _rand(rng, 64), _rand(rng, shape)
+    xv, gv, bv = (minichain.Variable(a) for a in (x, gamma, beta))
+    with using_config('use_onednn',
+                      'auto' if forward_on == 'onednn' else 'never'):
+        y = F.batch_normalization(xv, gv, bv, relu=True)
+    node = y.creator
+    assert (node.relu_workspace is None) == (forward_on != 'onednn')
+    y.grad = gy
+    y.backward()   # on oneDNN
+    want = N.BatchNormalizationGrad(
+        node.lay, node.eps, node.mean, node.inv_std, node.centered).forward(
+            (x, gamma, gy * (y.array > 0)))
+    for g, w in zip((xv.grad, gv.grad, bv.grad), want):
+        assert numpy.all(abs(g - w) <= _bn_bound(x, w, node.lay.m))
 
 
 def test_batch_normalization_residual_keeps_nan_and_inf():

@@ -165,8 +165,8 @@ def batch_normalization(node, inputs):
 def batch_normalization_grad(node, inputs):
     if not kernels.on_cupy(inputs):
         return None
-    node.retain_inputs((0, 1, 2))
-    x, gamma, gy = inputs
+    node.retain_inputs(tuple(range(len(inputs))))
+    x, gamma, gy = node.masked(inputs)
     return gpu_backward(x, gamma, gy, node.mean, node.inv_std,
                         node.centered, node.lay)
 

@@ -72,11 +72,13 @@ def batch_normalization(node, inputs):
 
 def batch_normalization_grad(node, inputs):
     """``BatchNormalizationGrad.forward``: (gx, ggamma, gbeta) from the
-    statistics the forward kept (whichever kernel computed them)."""
-    x, gamma, gy = inputs
-    if not fits(node, x, gy) or x.dtype != gy.dtype:
+    statistics the forward kept (whichever kernel computed them), with y
+    from gy masked as the body masks it (``node.masked``)."""
+    x, gamma, gy = inputs[:3]
+    if not fits(node, x, *inputs[2:]) or x.dtype != gy.dtype:
         return None
-    node.retain_inputs((0, 1, 2))
+    node.retain_inputs(tuple(range(len(inputs))))
+    x, gamma, gy = node.masked(inputs)
     xp = backend.get_array_module(x)
     x, gy = xp.ascontiguousarray(x), xp.ascontiguousarray(gy)
     with x.device:  # cuDNN runs on the current device

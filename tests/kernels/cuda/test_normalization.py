@@ -83,6 +83,9 @@ def test_the_kernels_equal_the_bodies_at_the_main_jobs_step():
     assert {type(node).__name__ for node, _ in cases} == set(_NODES)
     assert any(len(ins) == 4 and node.relu for node, ins in cases
                if isinstance(node, N.BatchNormalization))
+    # relu without a residual: its backward given y (gy masked first)
+    assert any(len(ins) == 4 for node, ins in cases
+               if isinstance(node, N.BatchNormalizationGrad))
     for node, inputs in cases:
         atol, attr_atol = E._tolerances(node, inputs)
         testing.assert_kernel_equals_body(
@@ -111,9 +114,10 @@ def test_float64_with_residual_relu_and_running_statistics(residual):
     gy = rng.standard_normal(x.shape)
     grad = N.BatchNormalizationGrad(lay, 2e-5, node_b.mean, node_b.inv_std,
                                     True)
+    y = () if residual else (out_b[0],)  # relu's backward given y
     testing.assert_kernel_equals_body(
         kernels.registered(N.BatchNormalizationGrad, 'cuda'), grad,
-        (x, gamma, gy), atol=1e-13)
+        (x, gamma, gy) + y, atol=1e-13)
 
 
 @pytest.mark.gpu
