@@ -1,6 +1,6 @@
 """The oneDNN kernels of the small ops against the NumPy kernels, in
-interleaved pairs: ReLU, max and average pooling, global average pooling
-and linear, at the shapes ResNet-50 gives them (batch 32 at the small2
+interleaved pairs: ReLU, the sum of two gradients (Add), max and average
+pooling, global average pooling and linear, at the shapes ResNet-50 gives them (batch 32 at the small2
 maps, batch 8 at 224), and the convolution's weight reorders.
 
 For each case both kernels run forward and backward as one turn; each
@@ -79,6 +79,17 @@ def _cases(onednn, rng):
         yield ('relu fwd+bwd {}x{}x{}^2'.format(n, c, h),
                *(lambda p=p, x=x, gy=gy: relu_turn(p, x, gy)
                  for p in pairs))
+
+    def last(a):   # channels-last, as the oneDNN kernels' gradients lie
+        return numpy.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(
+            0, 3, 1, 2)
+    threshold, K._binary._MIN_ADD = K._binary._MIN_ADD, 1  # where it pays
+    for n, c, h in MAPS + [(8, 64, 24), (8, 64, 16), (8, 64, 8)]:
+        a, b = last(rand(n, c, h, h)), last(rand(n, c, h, h))
+        yield ('add {}x{}x{}^2'.format(n, c, h),
+               lambda a=a, b=b: _numpy(M.Add)(M.Add(), (a, b)),
+               lambda a=a, b=b: K._binary.add(M.Add(), (a, b)))
+    K._binary._MIN_ADD = threshold
 
     def pool_turn(kinds, g, x, gy):
         fwd, bwd = kinds

@@ -92,6 +92,36 @@ def test_relu_grad_takes_gy_in_another_layout_and_returns_ys(gy_layout):
     assert gx.strides == y.strides
 
 
+# -- the sum of two gradients (Add) --------------------------------------------
+@pytest.mark.parametrize('layout', ['nchw', 'nhwc', 'cnhw'])
+def test_add_kernel_equals_body_bit_for_bit(layout, monkeypatch):
+    # an IEEE sum either way; the output lies as the inputs do, and the
+    # node holds the shapes its backward reads
+    monkeypatch.setattr(onednn._binary, '_MIN_ADD', 1)
+    rng = numpy.random.default_rng(5)
+    lay = _LAYOUTS[layout]
+    a, b = lay(_rand(rng, 4, 16, 5, 5)), lay(_rand(rng, 4, 16, 5, 5))
+    (y,), _ = testing.assert_kernel_equals_body(_kernel(M.Add), M.Add(),
+                                                (a, b))
+    assert y.strides == a.strides
+    node = M.Add()
+    _kernel(M.Add)(node, (a, b))
+    assert node.shapes == (a.shape, b.shape)
+
+
+def test_add_declines_what_is_not_one_dense_layout():
+    rng = numpy.random.default_rng(6)
+    add = _kernel(M.Add)
+    big = _rand(rng, 2, 64, 32, 32)   # above _MIN_ADD
+    assert add(M.Add(), (big, big + 1)) is not None
+    for a, b in [(big, _channels_last(big)),               # two layouts
+                 (big, big[:1]),                           # broadcast
+                 (big.astype(numpy.float64),) * 2,         # dtype
+                 (big[:, :, ::2], big[:, :, ::2]),         # gaps
+                 (big[:, :1, :4], big[:, :1, :4])]:        # small
+        assert add(M.Add(), (a, b)) is None, (a.shape, a.strides)
+
+
 # -- pooling ------------------------------------------------------------------
 # ResNet-50's one max pooling: 3x3/2, pad 1, after the 7x7/2 stem at 224
 # (112 -> 56), without cover_all; with it, and another map size, too.

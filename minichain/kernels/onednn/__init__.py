@@ -19,7 +19,7 @@ from minichain.functions import convolution as _conv
 from minichain.functions.linear import LinearFunction as _Linear
 from minichain.functions import normalization as _norm
 from minichain.functions import pooling as _pool
-from minichain.kernels.onednn import _dnnl, _fpmath
+from minichain.kernels.onednn import _binary, _dnnl, _fpmath
 from minichain.kernels.onednn import (activation, convolution, linear,
                                       normalization, optimizers, pooling)
 from minichain.optimizers.momentum_sgd import MomentumSGDRule as _MSGD
@@ -124,6 +124,7 @@ REGISTERED = (
      normalization.fixed_batch_normalization),
     (_act.ReLU, activation.relu),
     (_act.ReLUGrad, activation.relu_grad),
+    (_math.Add, _binary.add),
     (_pool.MaxPooling2D, pooling.max_pooling_2d),
     (_pool.MaxPooling2DGrad, pooling.max_pooling_2d_grad),
     (_pool.AveragePooling2D, pooling.average_pooling_2d),

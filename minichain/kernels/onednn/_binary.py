@@ -7,7 +7,11 @@ NumPy's ufuncs run on one thread, one pass per ufunc.
 """
 import ctypes
 
+import numpy
+
+from minichain.kernels.numpy._layout import flat_views
 from minichain.kernels.onednn import _dnnl as L
+from minichain.kernels.onednn._plan import cached
 
 
 class Attr(L.Owned):
@@ -59,3 +63,35 @@ def binary_add(n, attr=None, scales=()):
     one = L.plain((1,))
     return L.Primitive(pd, (L.ARG_SRC, L.ARG_SRC_1, L.ARG_DST) + scales,
                        mds={arg: one for arg in scales})
+
+
+# Below this many elements NumPy's add (one thread, no call through
+# ctypes) was as fast or faster on arrays in cache (NumPy / oneDNN time,
+# channels-last float32, 21 pairs, bench/onednn_ops.py --only add, 2
+# threads, AMD EPYC Zen 4, 2026-12-05): 0.37x at 32,768 elements, 0.69x
+# at 131,072, 0.94x at 262,144, 1.02-1.06x at 294,912-401,408, 1.23x at
+# 524,288, 1.06-1.43x above. In a step its inputs come from memory,
+# where NumPy's one thread is slower still: with the copies below, the
+# bf16 ResNet-50 step 1.07x at 8 x 224, 1.04x at 32 x 32.
+_MIN_ADD = 2 ** 19
+
+
+def add(node, inputs):
+    """``Add``'s kernel: ``a + b`` for two float32 arrays of one shape and
+    one dense layout (the sums of gradients where a variable has two
+    consumers, e.g. a residual block's input), one pass on oneDNN's
+    threads; the output lies as they do. Declined: broadcasting, mixed
+    layouts, other dtypes, fewer than ``_MIN_ADD`` elements. An IEEE
+    float32 sum either way: the body's values, bit for bit."""
+    a, b = inputs
+    if not (a.dtype == b.dtype == numpy.float32 and a.size >= _MIN_ADD):
+        return None
+    y = numpy.empty_like(a)
+    views = flat_views(y, a, b)
+    plan = None if views is None else cached(
+        ('add', a.size), lambda: binary_add(a.size))
+    if plan is None:
+        return None
+    plan({L.ARG_DST: views[0], L.ARG_SRC: views[1], L.ARG_SRC_1: views[2]})
+    node.shapes = (a.shape, b.shape)   # what backward reads, as the body
+    return y,

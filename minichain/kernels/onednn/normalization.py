@@ -30,6 +30,7 @@ and a NaN hidden by the fused relu (below).
 """
 import numpy
 
+from minichain.kernels.numpy._layout import flat_views
 from minichain.kernels.numpy.normalization import finite
 from minichain.kernels.onednn import _dnnl as L
 from minichain.kernels.onednn._binary import Attr, binary_add
@@ -105,22 +106,19 @@ def batch_normalization(node, inputs):
 
 def _add_residual(y, residual, relu):
     """``y <- relu(y + residual)`` (relu when asked) in place, in one pass
-    on oneDNN's threads, where ``residual`` lies as ``y`` does (both one
-    dense NHWC run, read as flat arrays); False when it did not run.
-    oneDNN's relu turns NaN into 0 where the body's ``maximum`` keeps it:
-    ``y`` is finite here (its statistics, gamma and beta are), so a sum
-    can only be NaN through the residual, which is checked first."""
-    if residual.strides != y.strides or not L.is_channels_last(residual) \
-            or (relu and not L.finite(residual)):
+    on oneDNN's threads, where ``residual`` lies as ``y`` does (read as
+    flat arrays); False when it did not run. oneDNN's relu turns NaN into
+    0 where the body's ``maximum`` keeps it: ``y`` is finite here (its
+    statistics, gamma and beta are), so a sum can only be NaN through the
+    residual, which is checked first."""
+    views = flat_views(y, residual)
+    if views is None or (relu and not L.finite(residual)):
         return False
-    n = y.size
-    add = cached(('add_relu' if relu else 'add_in_place', n),
-                 lambda: binary_add(n, Attr(relu=True) if relu else None))
+    add = cached(('add_relu' if relu else 'add', y.size),
+                 lambda: binary_add(y.size, Attr(relu=True) if relu else None))
     if add is None:
         return False
-    flat = y.transpose(0, 2, 3, 1).reshape(-1)   # views, no copy
-    add({L.ARG_SRC: flat, L.ARG_DST: flat,
-         L.ARG_SRC_1: residual.transpose(0, 2, 3, 1).reshape(-1)})
+    add({L.ARG_SRC: views[0], L.ARG_SRC_1: views[1], L.ARG_DST: views[0]})
     return True
 
 

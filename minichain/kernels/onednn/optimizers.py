@@ -90,7 +90,7 @@ def momentum_sgd(rule, param):
                           lambda: _velocity_plain(n))
         args = {L.ARG_SRC: v1, L.ARG_SRC_1: g1, L.ARG_DST: v1,
                 _SCALE_0: _scale(mu), _SCALE_1: _scale(-hp.lr)}
-    move = cached(('add_in_place', n), lambda: binary_add(n))
+    move = cached(('add', n), lambda: binary_add(n))
     if velocity is None or move is None:
         return None
     velocity(args)
