@@ -184,6 +184,21 @@ def pooling_program(rng):
     F.global_average_pooling_2d(x.array)
 
 
+def add_program(rng):
+    # sums of two arrays in one layout or two, broadcast at times, and the
+    # sum of gradients of a variable with two consumers
+    shape = tuple(int(v) for v in rng.integers(1, 6, int(rng.integers(1, 5))))
+    a = _rand(rng, shape)
+    order = tuple(rng.permutation(len(shape)))
+    b = numpy.ascontiguousarray(_rand(rng, shape).transpose(order)
+                                ).transpose(numpy.argsort(order))
+    if rng.random() < 0.3:
+        b = b[(slice(None),) * (len(shape) - 1) + (slice(0, 1),)]
+    F.add(a, b)
+    x = minichain.Variable(_rand(rng, shape))
+    _backward(F.relu(x) * x + x, rng)
+
+
 def linear_program(rng):
     n, i, o = (int(v) for v in rng.integers(1, 7, 3))
     x = minichain.Variable(_rand(rng, (n, i)))
@@ -206,6 +221,7 @@ PROGRAMS = {
         _pool.AveragePooling2D, _pool.AveragePooling2DGrad,
         _pool.GlobalAveragePooling2D}),
     'linear': (linear_program, {LinearFunction, _math.MatMul}),
+    'add': (add_program, {_math.Add}),
 }
 
 
@@ -235,6 +251,7 @@ def _small_sizes_run_the_kernels(monkeypatch):
         monkeypatch.setattr(onednn.activation, '_MIN_SIZE', 0)
         monkeypatch.setattr(onednn.convolution, '_MIN_PIXELS', 0)
         monkeypatch.setattr(onednn.optimizers, '_MIN_SIZE', 0)
+        monkeypatch.setattr(onednn._binary, '_MIN_ADD', 0)
     with using_config('use_onednn', 'auto'):
         yield
 
@@ -261,7 +278,7 @@ OTHER_FORMULAS = {_norm.BatchNormalizationGrad}
 # tolerance is at least the smallest float, as the sign of a zero sum
 # depends on the order of its terms.
 NO_SUMS = {_act.ReLU, _act.ReLUGrad, _pool.MaxPooling2D,
-           _pool.MaxPooling2DGather}
+           _pool.MaxPooling2DGather, _math.Add}
 
 
 def _check(kernel, node, inputs):

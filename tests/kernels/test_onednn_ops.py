@@ -112,7 +112,7 @@ def test_add_kernel_equals_body_bit_for_bit(layout, monkeypatch):
 def test_add_declines_what_is_not_one_dense_layout():
     rng = numpy.random.default_rng(6)
     add = _kernel(M.Add)
-    big = _rand(rng, 2, 64, 32, 32)   # above _MIN_ADD
+    big = _rand(rng, 2, 64, 64, 64)   # at _MIN_ADD
     assert add(M.Add(), (big, big + 1)) is not None
     for a, b in [(big, _channels_last(big)),               # two layouts
                  (big, big[:1]),                           # broadcast
