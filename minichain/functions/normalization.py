@@ -173,14 +173,18 @@ class BatchNormalization(FunctionNode):
     def backward(self, indexes, grad_outputs):
         x, gamma = self.get_retained_inputs()
         gy, = grad_outputs
-        y = self.get_retained_outputs() if self.relu else ()
-        if y and len(self.inputs) == 4:  # masked gy: the residual's too
-            gy, y = ReLUGrad().apply((y[0], gy))[0], ()
+        mask = ()  # (y,): BatchNormalizationGrad masks gy, a pass less
+        if self.relu:
+            y, = self.get_retained_outputs()
+            if len(self.inputs) == 4:  # the masked gy is the residual's too
+                gy = ReLUGrad().apply((y, gy))[0]
+            else:
+                mask = (y,)
         grads = (None,) * 3
-        if min(indexes) < 3:  # given y, it masks gy itself: a pass less
+        if min(indexes) < 3:
             grads = BatchNormalizationGrad(
                 self.lay, self.eps, self.mean, self.inv_std, self.centered,
-                self.relu_workspace).apply((x, gamma, gy) + y)
+                self.relu_workspace).apply((x, gamma, gy) + mask)
         grads += (gy,)  # the residual's gradient
         return tuple(grads[i] for i in indexes)
 
