@@ -150,9 +150,10 @@ def test_a_1x1_convolution_on_small_maps_is_one_bf16_product(h, s):
                                         1), (x, gy), n * oh * oh)
     small = oh * oh < 100
     assert all(onednn._dnnl.is_channels_last(a) for a in (y, gx))
-    for key in (('pointwise', n * oh * oh, c, o, True),
-                ('pointwise_bwd', n * oh * oh, c, o),
-                ('grad_w_product', n * oh * oh, c, o)):
+    f32 = onednn._dnnl.F32
+    for key in (('pointwise', n * oh * oh, c, o, True, f32),
+                ('pointwise_bwd', n * oh * oh, c, o, f32),
+                ('grad_w_product', n * oh * oh, c, o, f32)):
         assert (key + (onednn._dnnl.threads(),) in onednn._plan._cache) \
             == small, key
 
@@ -203,7 +204,8 @@ def test_a_3x3_weight_gradient_to_2x2_is_one_bf16_product(h, s):
     grad_w = lambda: C.Convolution2DGradW(  # noqa: E731
         (o, c, 3, 3), (s, s), (1, 1), False, (1, 1), 1)
     _check(grad_w, (x, gy), n * oh * oh)
-    key = ('grad_w_product', n * oh * oh, c * 9, o, onednn._dnnl.threads())
+    key = ('grad_w_product', n * oh * oh, c * 9, o, onednn._dnnl.F32,
+           onednn._dnnl.threads())
     assert (key in onednn._plan._cache) == (oh * oh < 9)
     gy[0, 0, 0, 0] = numpy.inf
     onednn._plan._cache.pop(key, None)
@@ -340,3 +342,49 @@ def test_bfloat16_arrays_take_the_linear_kernels_in_any_mode(n, i, o):
         mag = make().forward(tuple(abs(a) for a in wide))[0]
         bound = (4 * U16 + 2 * terms * U32) * mag
         assert numpy.all(abs(got.astype(numpy.float64) - ref) <= bound)
+
+
+@pytest.mark.usefixtures('every_size')
+@pytest.mark.parametrize('spec', CONVS[::4] + [
+    (4, 16, 2, 8, 3, 1, 1), (4, 16, 4, 8, 1, 2, 0), (4, 16, 4, 8, 1, 1, 0),
+    (4, 8, 4, 16, 3, 2, 1)], ids=lambda s: 'n{}c{}h{}o{}k{}s{}p{}'.format(*s))
+@pytest.mark.parametrize('layout', ['C', 'channels-last'])
+def test_bfloat16_arrays_take_the_convolutions_in_any_mode(spec, layout):
+    # mixed16's activations and cast weights on the CPU: read and written
+    # in bfloat16 (small maps through the products too), float32 sums
+    # inside: within one bfloat16 rounding of the float64 result plus the
+    # sums' float32 error. A CPU without bfloat16 code may decline.
+    ml_dtypes = pytest.importorskip('ml_dtypes')
+    n, c, h, o, k, s, p = spec
+    oh = (h + 2 * p - k) // s + 1
+    rng = numpy.random.default_rng(sum(spec))
+
+    def rand(shape):
+        a = _rand(rng, shape).astype(ml_dtypes.bfloat16)
+        if layout == 'C' or len(shape) != 4:
+            return a
+        return numpy.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(
+            0, 3, 1, 2)
+    x, W, gy = rand((n, c, h, h)), rand((o, c, k, k)), rand((n, o, oh, oh))
+    stride, pad = (s, s), (p, p)
+    for make, inputs, terms in (
+            (lambda: C.Convolution2D(stride, pad, False, (1, 1), 1), (x, W),
+             c * k * k),
+            (lambda: C.Deconvolution2D(stride, pad, (h, h), False, (1, 1), 1),
+             (gy, W), o * k * k),
+            (lambda: C.Convolution2DGradW(W.shape, stride, pad, False, (1, 1),
+                                          1), (x, gy), n * oh * oh)):
+        node = make()
+        kernel = minichain.kernels.registered(type(node), 'onednn')
+        with using_config('fp32_math', 'strict'):
+            out = kernel.__wrapped__(node, inputs)
+        if out is None:
+            assert not fpmath.has_bf16(), (type(node).__name__, layout)
+            continue
+        wide = tuple(a.astype(numpy.float64) for a in inputs)
+        ref, = make().forward(wide)
+        mag, = make().forward(tuple(abs(a) for a in wide))
+        assert out[0].dtype == x.dtype and out[0].shape == ref.shape
+        bound = (2 * U16 + 2 * terms * U32) * mag + 1e-30
+        assert numpy.all(abs(out[0].astype(numpy.float64) - ref) <= bound), \
+            type(node).__name__

@@ -266,26 +266,57 @@ def plain(shape, strides=None, dt=F32):
     return Desc(h)
 
 
+# NumPy's dtype name -> oneDNN's data type (bfloat16: ml_dtypes', the
+# activations of mixed16 on the CPU)
+DTS = {'float32': F32, 'bfloat16': BF16}
+
+
+def dt_of(dtype):
+    """oneDNN's data type of NumPy ``dtype``, or None (a big-endian float32
+    is also named 'float32': native byte order only)."""
+    return DTS.get(dtype.name) if dtype.isnative else None
+
+
+def dtype_of(dt):
+    """The NumPy dtype of oneDNN's data type ``dt`` (bfloat16: ml_dtypes',
+    imported by whoever made a bfloat16 array)."""
+    return numpy.dtype(next(name for name, v in DTS.items() if v == dt))
+
+
 def describable(array):
-    """Whether :func:`of` can describe ``array`` (float32, strides positive
-    and whole elements), checked without creating an md."""
-    return array.dtype == numpy.float32 and all(
-        s > 0 and s % 4 == 0 for s in array.strides)
+    """Whether :func:`of` can describe ``array`` (float32 or bfloat16,
+    strides positive and whole elements), checked without creating an md.
+    """
+    return dt_of(array.dtype) is not None and all(
+        s > 0 and s % array.itemsize == 0 for s in array.strides)
 
 
 def finite(array):
     """Whether every element of ``array`` is finite, in one pass: a sum
     is finite iff every term is (short of an overflow, which says no
-    too: the kernel then declines, and the body runs)."""
+    too: the kernel then declines, and the body runs). bfloat16 arrays
+    are read as their bits (an exponent of all ones is inf or NaN):
+    ml_dtypes' own sum took 36x as long (13.6 ms for 2.4M elements)."""
+    if array.size and array.dtype.name == 'bfloat16':
+        return int((array.view(numpy.uint16) & 0x7f80).max()) != 0x7f80
     return array.size == 0 or bool(numpy.isfinite(array.sum()))
 
 
+def has_nan(array):
+    """Whether a non-empty ``array`` holds a NaN, in one pass (bfloat16 by
+    its bits, as :func:`finite`)."""
+    if array.dtype.name == 'bfloat16':
+        return int((array.view(numpy.uint16) & 0x7fff).max()) > 0x7f80
+    return bool(numpy.isnan(array.max()))
+
+
 def of(array):
-    """The md of a float32 NumPy array as it lies in memory (any positive
-    strides), or None when oneDNN cannot describe it."""
+    """The md of a float32 or bfloat16 NumPy array as it lies in memory
+    (any positive strides), or None when oneDNN cannot describe it."""
     if not describable(array):
         return None
-    return plain(array.shape, [s // 4 for s in array.strides])
+    return plain(array.shape, [s // array.itemsize for s in array.strides],
+                 dt_of(array.dtype))
 
 
 def channels_last(shape, dt=F32):
@@ -295,11 +326,11 @@ def channels_last(shape, dt=F32):
     return plain(shape, [h * w * c, 1, w * c, c], dt)
 
 
-def empty_channels_last(shape):
-    """An uninitialized float32 NumPy array of ``shape`` (N, C, H, W)
-    over NHWC memory (PyTorch's ``channels_last``)."""
+def empty_channels_last(shape, dtype=numpy.float32):
+    """An uninitialized NumPy array of ``shape`` (N, C, H, W) over NHWC
+    memory (PyTorch's ``channels_last``)."""
     n, c, h, w = shape
-    return numpy.empty((n, h, w, c), numpy.float32).transpose(0, 3, 1, 2)
+    return numpy.empty((n, h, w, c), dtype).transpose(0, 3, 1, 2)
 
 
 def is_channels_last(array):

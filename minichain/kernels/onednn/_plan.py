@@ -89,16 +89,19 @@ class Plan:
         primitive: a :class:`_dnnl.Primitive`.
         inputs: ``{DNNL_ARG_*: md of the NumPy array passed there}``.
         outputs: ``{DNNL_ARG_*: shape}`` of outputs returned as fresh
-            float32 arrays, C-ordered unless named in ``channels_last``.
+            arrays of ``dtype``, C-ordered unless named in
+            ``channels_last``.
         weights: the input argument that holds a parameter (its reordered
             copy may be cached: ``CACHE_WEIGHTS``), or None.
         channels_last: output arguments returned over NHWC memory.
+        dtype: the outputs' NumPy dtype (float32 or bfloat16), or
+            ``{arg: dtype}`` (float32 where not named).
     Other arguments (bias, statistics, workspace) are passed as they are
     and must be in the layout the primitive was built with.
     """
 
     def __init__(self, primitive, inputs, outputs, weights=None,
-                 channels_last=()):
+                 channels_last=(), dtype=numpy.float32):
         self.primitive, self.weights = primitive, weights
         self.to_primitive = {}
         for arg, user in inputs.items():
@@ -109,11 +112,14 @@ class Plan:
         for arg, shape in outputs.items():
             inner = primitive.md(arg)
             last = arg in channels_last
-            user = (_dnnl.channels_last(shape) if last else
-                    _dnnl.plain(shape))
+            kind = numpy.dtype(dtype.get(arg, numpy.float32)
+                               if isinstance(dtype, dict) else dtype)
+            dt = _dnnl.dt_of(kind)
+            user = (_dnnl.channels_last(shape, dt) if last else
+                    _dnnl.plain(shape, dt=dt))
             back = None if _dnnl.same(user, inner) else _dnnl.reorder(
                 inner, user)
-            self.outputs[arg] = (shape, back, last)
+            self.outputs[arg] = (shape, back, last, kind)
 
     def md(self, arg):
         return self.primitive.md(arg)
@@ -130,13 +136,13 @@ class Plan:
             r({_dnnl.ARG_SRC: arrays[arg], _dnnl.ARG_DST: inner})
             args[arg] = inner
         results = {}
-        for arg, (shape, back, last) in self.outputs.items():
-            results[arg] = (_dnnl.empty_channels_last(shape) if last else
-                            numpy.empty(shape, numpy.float32))
+        for arg, (shape, back, last, kind) in self.outputs.items():
+            results[arg] = (_dnnl.empty_channels_last(shape, kind) if last
+                            else numpy.empty(shape, kind))
             args[arg] = (results[arg] if back is None else
                          _dnnl.buffer(self.md(arg)))
         self.primitive(args)
-        for arg, (shape, back, _) in self.outputs.items():
+        for arg, (shape, back, _, _) in self.outputs.items():
             if back is not None:
                 back({_dnnl.ARG_SRC: args[arg], _dnnl.ARG_DST: results[arg]})
         return results

@@ -33,8 +33,10 @@ gW (O, C*kh*kw) = gy^T @ columns: 2.4-2.8x the NumPy kernel's float32
 time at 2x2 (which took those), 3.9x from 4x4 to 2x2 with stride 2; at
 4x4 0.9x the convolution's (kept).
 
-Elsewhere (other layouts, groups, dilation, float32 math) these decline
-and the convolution's kernels run.
+bfloat16 arrays (mixed16 on the CPU) are taken whatever the switch says,
+the float32 results rounded to bfloat16 by the plans, as the
+convolution's kernels write them. Elsewhere (other layouts, groups,
+dilation, float32 math) these decline and the convolution's kernels run.
 """
 import numpy
 
@@ -49,12 +51,15 @@ COLUMNS_MAX_PIXELS = 9   # the same for a weight gradient over columns
 
 def _takes(node, out_shape, *arrays, limit=MAX_PIXELS):
     """An ungrouped, undilated convolution to output maps under ``limit``
-    pixels, of channels-last float32 arrays, under 'bf16'."""
+    pixels, of channels-last bfloat16 arrays, or float32 ones under
+    'bf16'."""
+    dtype = arrays[0].dtype
     return (node.groups == 1 and tuple(node.dilate) == (1, 1)
             and out_shape[2] * out_shape[3] < limit
-            and all(a.dtype == numpy.float32 and a.size
-                    and L.is_channels_last(a) for a in arrays)
-            and _fpmath.mode() == 'bf16')
+            and all(a.dtype == dtype and a.size and L.is_channels_last(a)
+                    for a in arrays)
+            and (L.dt_of(dtype) == L.BF16 or dtype == numpy.float32
+                 and _fpmath.mode() == 'bf16'))
 
 
 def _pointwise(node, w_shape):
@@ -94,9 +99,9 @@ def forward(node, x, W, b, out):
             and W.dtype == x.dtype and (b is None or (
                 b.dtype == x.dtype and b.shape == W.shape[:1]))):
         return None
-    (n, c, h, w), o = xs.shape, W.shape[0]
-    plan = cached(('pointwise', n * h * w, c, o, b is not None), lambda: (
-        linear._forward_plan(n * h * w, c, o, b is not None, 'bf16', L.F32)))
+    (n, c, h, w), o, dt = xs.shape, W.shape[0], L.dt_of(x.dtype)
+    plan = cached(('pointwise', n * h * w, c, o, b is not None, dt), lambda: (
+        linear._forward_plan(n * h * w, c, o, b is not None, 'bf16', dt)))
     if plan is None:
         return None
     node.retain_inputs((0, 1))
@@ -116,15 +121,16 @@ def backward_data(node, gy, W, b):
             and W.dtype == gy.dtype and (b is None or (
                 b.dtype == gy.dtype and b.shape == W.shape[1:2]))):
         return None
-    plan = cached(('pointwise_bwd', n * h * w, c, o), lambda: (
-        linear._backward_data_plan(n * h * w, c, o, 'bf16', L.F32)))
+    dt = L.dt_of(gy.dtype)
+    plan = cached(('pointwise_bwd', n * h * w, c, o, dt), lambda: (
+        linear._backward_data_plan(n * h * w, c, o, 'bf16', dt)))
     if plan is None:
         return None
     node.retain_inputs((0, 1))
-    gx = _maps(plan({L.ARG_DIFF_DST: _rows(gy), L.ARG_WEIGHTS:
-                     _matrix(W)})[L.ARG_DIFF_SRC], n, h, w)
+    gx = _maps(plan({L.ARG_DIFF_DST: _rows(gy), L.ARG_WEIGHTS: _matrix(W)})[
+        L.ARG_DIFF_SRC], n, h, w)
     if gx.shape != gx_shape:      # strided: the pixels no window read
-        full = L.empty_channels_last(gx_shape)
+        full = L.empty_channels_last(gx_shape, gy.dtype)
         full.fill(0)
         _read(node, full)[...] = gx
         gx = full
@@ -155,9 +161,9 @@ def grad_w(node, x, gy):
             return None
     else:
         return None
-    n = gy.size // o
-    plan = cached(('grad_w_product', n, rows.shape[1], o), lambda: (
-        linear._backward_weights_plan(n, rows.shape[1], o, 'bf16', L.F32)))
+    n, dt = gy.size // o, L.dt_of(gy.dtype)
+    plan = cached(('grad_w_product', n, rows.shape[1], o, dt), lambda: (
+        linear._backward_weights_plan(n, rows.shape[1], o, 'bf16', dt)))
     if plan is None:
         return None
     node.retain_inputs((0, 1))
@@ -175,7 +181,7 @@ def _columns(node, x, out):
         return None
     g = geometry.Geometry(kh, kw, sh, sw, ph, pw, 1, 1, h, w, oh, ow)
     padded = geometry.padded(x, g)   # the op body's padding and windows
-    cols = numpy.empty((n, oh, ow, c, kh, kw), numpy.float32)
+    cols = numpy.empty((n, oh, ow, c, kh, kw), x.dtype)
     for i in range(kh):
         for j in range(kw):
             cols[..., i, j] = geometry.window(padded, g, i, j).transpose(

@@ -19,12 +19,17 @@ Under ``config.fp32_math`` 'bf16' a 1x1 convolution to small maps is one
 matrix product of the channels-last arrays instead (``_products.py``),
 which each kernel tries first.
 
-Declined (the next kernel or the body runs): dtypes other than float32,
-groups > 1, sizes where the body measured faster (``_usable``), any
-geometry oneDNN has no optimized code for, and, where windows reach into
-the padding, weights (forward) or a gy (backward weights) that are not
-all finite: the body multiplies the padding's zeros by them (0 * inf is
-NaN) where oneDNN skips the padding.
+bfloat16 arrays (``ml_dtypes``: mixed16's activations on the CPU, where
+``links/_mixed16.py`` casts x and W) are read and written in bfloat16
+whatever ``config.fp32_math`` says, with float32 sums inside oneDNN, at
+every size: the body on bfloat16 has no BLAS.
+
+Declined (the next kernel or the body runs): dtypes other than float32
+and bfloat16 (or two of them mixed), groups > 1, sizes where the body
+measured faster (``_usable``), any geometry oneDNN has no optimized code
+for, and, where windows reach into the padding, weights (forward) or a
+gy (backward weights) that are not all finite: the body multiplies the
+padding's zeros by them (0 * inf is NaN) where oneDNN skips the padding.
 """
 import numpy
 
@@ -92,22 +97,32 @@ def _mds(nhwc, x_shape, w_shape, y_shape, dts=(L.F32,) * 3):
             act(y_shape, dts[2]))
 
 
-def _dts(math, out):
+def _dts(math, out, out_dt=L.F32):
     """Data types of (input, weights, output) under ``math``: the two
     factors in bfloat16 under 'bf16' (``_fpmath.py``), position ``out``
-    (what the primitive writes) float32."""
+    (what the primitive writes) in ``out_dt``."""
     low = _fpmath.dt(math)
-    return tuple(L.F32 if i == out else low for i in range(3))
+    return tuple(out_dt if i == out else low for i in range(3))
+
+
+def _math(a):
+    """(math, the data type written) of a convolution of arrays like
+    ``a``: bfloat16 arrays in bfloat16; float32 ones read as
+    ``config.fp32_math`` says and written in float32."""
+    if a.dtype == numpy.float32:
+        return _fpmath.mode(), L.F32
+    return 'bf16', L.BF16
 
 
 def _usable(node, y_shape, *arrays, small_in_bf16=False):
-    """float32 4-D arrays, one group, and a size where oneDNN pays, for a
-    convolution to an output of ``y_shape`` (any size under 'bf16' where
-    ``small_in_bf16``)."""
-    return (node.groups == 1
-            and all(a.dtype == numpy.float32 and a.ndim == 4
+    """4-D arrays of one dtype oneDNN reads, one group, and a size where
+    oneDNN pays, for a convolution to an output of ``y_shape`` (any size
+    for bfloat16 arrays, and under 'bf16' where ``small_in_bf16``)."""
+    low = arrays[0].dtype != numpy.float32
+    return (node.groups == 1 and L.dt_of(arrays[0].dtype) is not None
+            and all(a.dtype == arrays[0].dtype and a.ndim == 4
                     for a in arrays)
-            and (y_shape[2] * y_shape[3] >= _MIN_PIXELS
+            and (y_shape[2] * y_shape[3] >= _MIN_PIXELS or low
                  or small_in_bf16 and _fpmath.mode() == 'bf16'))
 
 
@@ -149,10 +164,11 @@ def convolution_2d(node, inputs):
     geo = _geometry(x.shape[2:], out, k, node.stride, node.pad, node.dilate)
     if _padded(geo) and not L.finite(W):
         return None
-    math = _fpmath.mode()
+    math, out_dt = _math(x)
     key = ('conv', x.shape, x.strides, W.shape, W.strides, b is not None,
-           geo, math)
-    plan = cached(key, lambda: _forward_plan(x, W, b, y_shape, geo, math))
+           geo, math, out_dt)
+    plan = cached(key, lambda: _forward_plan(x, W, b, y_shape, geo, math,
+                                             out_dt))
     if plan is None:
         return None
     node.retain_inputs((0, 1))
@@ -164,18 +180,19 @@ def convolution_2d(node, inputs):
     return plan(args)[L.ARG_DST],
 
 
-def _forward_plan(x, W, b, y_shape, geo, math):
+def _forward_plan(x, W, b, y_shape, geo, math, out_dt):
     user = {L.ARG_SRC: L.of(x), L.ARG_WEIGHTS: L.of(W)}
     if None in user.values():
         return None
-    bias_md = None if b is None else L.plain(b.shape)
+    bias_md = None if b is None else L.plain(b.shape, dt=out_dt)
     mds = _mds(_on_nhwc(W.shape[2:], y_shape), x.shape, W.shape, y_shape,
-               _dts(math, 2))
+               _dts(math, 2, out_dt))
     pd = _forward_pd(*mds, geo, bias_md)
     args = (L.ARG_SRC, L.ARG_WEIGHTS, L.ARG_DST) + (
         () if b is None else (L.ARG_BIAS,))
     return Plan(L.Primitive(pd, args), user, {L.ARG_DST: y_shape},
-                weights=L.ARG_WEIGHTS, channels_last=(L.ARG_DST,))
+                weights=L.ARG_WEIGHTS, channels_last=(L.ARG_DST,),
+                dtype=x.dtype)
 
 
 # -- Deconvolution2D: the convolution's backward data ---------------------------
@@ -194,11 +211,11 @@ def deconvolution_2d(node, inputs):
         return None
     geo = _geometry(node.outsize, gy.shape[2:], k, node.stride, node.pad,
                     node.dilate)
-    math = _fpmath.mode()
+    math, out_dt = _math(gy)
     key = ('deconv', gy.shape, gy.strides, W.shape, W.strides, gx_shape, geo,
-           math)
+           math, out_dt)
     plan = cached(key, lambda: _backward_data_plan(gy, W, gx_shape, geo,
-                                                   math))
+                                                   math, out_dt))
     if plan is None:
         return None
     node.retain_inputs((0, 1))
@@ -208,15 +225,15 @@ def deconvolution_2d(node, inputs):
     return gx,
 
 
-def _backward_data_plan(gy, W, gx_shape, geo, math):
+def _backward_data_plan(gy, W, gx_shape, geo, math, out_dt):
     user = {L.ARG_DIFF_DST: L.of(gy), L.ARG_WEIGHTS: L.of(W)}
     if None in user.values():
         return None
     nhwc = _on_nhwc(W.shape[2:], gy.shape)
     diff_src, w, diff_dst = _mds(nhwc, gx_shape, W.shape, gy.shape,
-                                 _dts(math, 0))
+                                 _dts(math, 0, out_dt))
     hint = _forward_pd(*_mds(nhwc, gx_shape, W.shape, gy.shape,
-                             _dts(math, 2)), geo)
+                             _dts(math, 2, out_dt)), geo)
     pd = L.PrimitiveDesc(
         'dnnl_convolution_backward_data_primitive_desc_create', L.engine,
         L.CONVOLUTION_DIRECT, diff_src, w, diff_dst, *map(L.dims, geo), hint,
@@ -224,7 +241,8 @@ def _backward_data_plan(gy, W, gx_shape, geo, math):
     primitive = L.Primitive(pd, (L.ARG_DIFF_DST, L.ARG_WEIGHTS,
                                  L.ARG_DIFF_SRC))
     return Plan(primitive, user, {L.ARG_DIFF_SRC: gx_shape},
-                weights=L.ARG_WEIGHTS, channels_last=(L.ARG_DIFF_SRC,))
+                weights=L.ARG_WEIGHTS, channels_last=(L.ARG_DIFF_SRC,),
+                dtype=gy.dtype)
 
 
 # -- Convolution2DGradW: the convolution's backward weights ---------------------
@@ -252,10 +270,11 @@ def convolution_2d_grad_w(node, inputs):
                     node.pad, node.dilate)
     if _padded(geo) and not L.finite(gy):
         return None
-    math = (_fpmath.mode() if x.shape[1] >= _BF16_GRAD_W_MIN_CHANNELS
+    # (a stem's bfloat16 arrays are reordered to float32 by the plan)
+    math = (_math(x)[0] if x.shape[1] >= _BF16_GRAD_W_MIN_CHANNELS
             else 'strict')
     key = ('grad_w', x.shape, x.strides, gy.shape, gy.strides, w_shape, geo,
-           math)
+           math, x.dtype.str)
     plan = cached(key, lambda: _backward_weights_plan(x, gy, w_shape, geo,
                                                       math))
     if plan is None:
@@ -280,6 +299,7 @@ def _backward_weights_plan(x, gy, w_shape, geo, math):
     if None in user.values():
         return None
     nhwc = _on_nhwc(w_shape[2:], gy.shape)
+    # oneDNN sums the weight gradient in float32 whatever it writes
     src, diff_w, diff_dst = _mds(nhwc, x.shape, w_shape, gy.shape,
                                  _dts(math, 1))
     hint = _forward_pd(*_mds(nhwc, x.shape, w_shape, gy.shape,
@@ -290,4 +310,5 @@ def _backward_weights_plan(x, gy, w_shape, geo, math):
         hint, None)
     primitive = L.Primitive(pd, (L.ARG_SRC, L.ARG_DIFF_DST,
                                  L.ARG_DIFF_WEIGHTS))
-    return Plan(primitive, user, {L.ARG_DIFF_WEIGHTS: tuple(w_shape)})
+    return Plan(primitive, user, {L.ARG_DIFF_WEIGHTS: tuple(w_shape)},
+                dtype=x.dtype)

@@ -13,7 +13,8 @@ Declined: other dtypes and dimensions, other layouts, empty arrays.
 Under ``config.fp32_math`` 'bf16' the two factors are read in bfloat16
 (``_fpmath.py``): each plan rounds them on the way in. bfloat16 arrays
 (``ml_dtypes``, mixed16's activations on the CPU) are taken as they are,
-the float32 result rounded to bfloat16 as the body's.
+the float32 result rounded to bfloat16 as the body's (by the plan's
+reorder, on oneDNN's threads).
 """
 import numpy
 
@@ -23,13 +24,8 @@ from minichain.kernels.onednn._plan import Plan, cached
 
 
 def _usable(*arrays):
-    # (native byte order: a big-endian float32 is also named 'float32')
     return all(a.dtype == arrays[0].dtype and a.ndim == 2 and a.size
-               for a in arrays) and arrays[0].dtype.name in _DT \
-        and arrays[0].dtype.isnative
-
-
-_DT = {'float32': L.F32, 'bfloat16': L.BF16}   # NumPy's name -> oneDNN's
+               for a in arrays) and L.dt_of(arrays[0].dtype) is not None
 
 
 def _math(dtype):
@@ -67,7 +63,8 @@ def _forward_plan(n, i, o, bias, math, dt):
     args = (L.ARG_SRC, L.ARG_WEIGHTS, L.ARG_DST) + ((L.ARG_BIAS,) if bias
                                                     else ())
     return Plan(L.Primitive(_forward_pd(n, i, o, bias, math, dt), args),
-                _user(dt, SRC=(n, i), WEIGHTS=(o, i)), {L.ARG_DST: (n, o)})
+                _user(dt, SRC=(n, i), WEIGHTS=(o, i)), {L.ARG_DST: (n, o)},
+                dtype=L.dtype_of(dt))
 
 
 def linear(node, inputs):
@@ -79,7 +76,7 @@ def linear(node, inputs):
                                and b.flags.c_contiguous))):
         return None
     (n, i), o = x.shape, W.shape[0]
-    math, dt = _math(x.dtype), _DT[x.dtype.name]
+    math, dt = _math(x.dtype), L.dt_of(x.dtype)
     plan = cached(('linear', n, i, o, b is not None, math, dt),
                   lambda: _forward_plan(n, i, o, b is not None, math, dt))
     if plan is None:
@@ -88,7 +85,7 @@ def linear(node, inputs):
     args = {L.ARG_SRC: x, L.ARG_WEIGHTS: W}
     if b is not None:
         args[L.ARG_BIAS] = b
-    return plan(args)[L.ARG_DST].astype(x.dtype, copy=False),
+    return plan(args)[L.ARG_DST],
 
 
 def _backward_data_plan(n, i, o, math, dt):
@@ -100,7 +97,7 @@ def _backward_data_plan(n, i, o, math, dt):
     return Plan(L.Primitive(pd, (L.ARG_DIFF_DST, L.ARG_WEIGHTS,
                                  L.ARG_DIFF_SRC)),
                 _user(dt, DIFF_DST=(n, o), WEIGHTS=(o, i)),
-                {L.ARG_DIFF_SRC: (n, i)})
+                {L.ARG_DIFF_SRC: (n, i)}, dtype=L.dtype_of(dt))
 
 
 def _backward_weights_plan(n, i, o, math, dt):
@@ -112,7 +109,7 @@ def _backward_weights_plan(n, i, o, math, dt):
     return Plan(L.Primitive(pd, (L.ARG_SRC, L.ARG_DIFF_DST,
                                  L.ARG_DIFF_WEIGHTS)),
                 _user(dt, SRC=(n, i), DIFF_DST=(n, o)),
-                {L.ARG_DIFF_WEIGHTS: (o, i)})
+                {L.ARG_DIFF_WEIGHTS: (o, i)}, dtype=L.dtype_of(dt))
 
 
 def matmul(node, inputs):
@@ -120,7 +117,7 @@ def matmul(node, inputs):
     if not (_usable(a, b) and b.flags.c_contiguous
             and a.shape[1] == b.shape[0]):
         return None
-    math, dt = _math(a.dtype), _DT[a.dtype.name]
+    math, dt = _math(a.dtype), L.dt_of(a.dtype)
     if a.flags.c_contiguous:     # gx = gy @ W: gy (N, O), W (O, I)
         (n, o), i = a.shape, b.shape[1]
         plan = cached(('linear_bwd_data', n, i, o, math, dt),
@@ -136,4 +133,4 @@ def matmul(node, inputs):
     if plan is None:
         return None
     node.retain_inputs((0, 1))
-    return plan(args)[out].astype(a.dtype, copy=False),
+    return plan(args)[out],
