@@ -311,12 +311,11 @@ def squeeze(x, axis=None):
 
 
 class Cast(FunctionNode):
-    def __init__(self, dtype):
-        self.dtype = dtype
+    def __init__(self, dtype, in_dtype):
+        self.dtype, self.in_dtype = dtype, in_dtype
 
     def forward(self, inputs):
         x, = inputs
-        self.in_dtype = x.dtype
         return x.astype(self.dtype),
 
     def backward(self, indexes, grad_outputs):
@@ -344,4 +343,4 @@ def cast(x, dtype):
             dtype))
     if xa.dtype == dtype:
         return x if isinstance(x, Variable) else Variable(x)
-    return Cast(dtype).apply((x,))[0]
+    return Cast(dtype, xa.dtype).apply((x,))[0]

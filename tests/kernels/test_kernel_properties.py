@@ -39,6 +39,7 @@ import copy
 import os
 from types import SimpleNamespace
 
+import ml_dtypes
 import numpy
 import pytest
 
@@ -46,6 +47,7 @@ import minichain
 from minichain import functions as F
 from minichain import kernel_seam, kernels, optimizers, using_config
 from minichain.functions import activation as _act
+from minichain.functions import array as _array
 from minichain.functions import basic_math as _math
 from minichain.functions import convolution as _conv
 from minichain.functions.linear import LinearFunction
@@ -208,6 +210,17 @@ def linear_program(rng):
     F.matmul(_rand(rng, (2, n, i)), _rand(rng, (i, o)))
 
 
+def cast_program(rng):
+    # float32 <-> bfloat16 (mixed16's casts on the CPU) in any layout, and
+    # a cast no kernel takes (float16)
+    shape = tuple(int(v) for v in rng.integers(1, 6, int(rng.integers(1, 5))))
+    x = _rand(rng, shape)
+    x[rng.random(shape) < 0.3] *= TINY    # denormals (and their rounding)
+    x = minichain.Variable(x)
+    _backward(F.cast(F.cast(x, ml_dtypes.bfloat16) * 2, 'float32'), rng)
+    F.cast(_rand(rng, shape), numpy.float16)
+
+
 PROGRAMS = {
     'convolution': (convolution_program, {
         _conv.Convolution2D, _conv.Deconvolution2D,
@@ -222,6 +235,7 @@ PROGRAMS = {
         _pool.GlobalAveragePooling2D}),
     'linear': (linear_program, {LinearFunction, _math.MatMul}),
     'add': (add_program, {_math.Add}),
+    'cast': (cast_program, {_array.Cast}),
 }
 
 

@@ -14,13 +14,14 @@ from minichain import kernels
 from minichain.configuration import config, fp32_math
 from minichain.kernels import _switch
 from minichain.functions import activation as _act
+from minichain.functions.array import Cast as _Cast
 from minichain.functions import basic_math as _math
 from minichain.functions import convolution as _conv
 from minichain.functions.linear import LinearFunction as _Linear
 from minichain.functions import normalization as _norm
 from minichain.functions import pooling as _pool
 from minichain.kernels.onednn import _binary, _dnnl, _fpmath
-from minichain.kernels.onednn import (activation, convolution, linear,
+from minichain.kernels.onednn import (activation, cast, convolution, linear,
                                       normalization, optimizers, pooling)
 from minichain.optimizers.momentum_sgd import MomentumSGDRule as _MSGD
 
@@ -107,6 +108,8 @@ def _gated(kernel, bf16_only=False):
 # - MomentumSGD's update (optimizers.py): 1.64x the body over ResNet-50's
 #   parameters with weight decay, 1.92x the body plus the WeightDecay
 #   hook (one thread, Intel Xeon, 2026-12-03, bench/onednn_update.py).
+# - Cast between float32 and bfloat16 (mixed16's casts): 5.9-17x
+#   ml_dtypes' astype (cast.py).
 # Written, tested and not registered:
 # - global average pooling: 0.07-0.08x (NumPy's mean over contiguous
 #   maps is one pass; oneDNN's whole-map window is not);
@@ -130,6 +133,7 @@ REGISTERED = (
     (_pool.AveragePooling2D, pooling.average_pooling_2d),
     (_pool.AveragePooling2DGrad, pooling.average_pooling_2d_grad),
     (_MSGD, optimizers.momentum_sgd),
+    (_Cast, cast.cast),
 )
 UNREGISTERED = (
     (_pool.GlobalAveragePooling2D, pooling.global_average_pooling_2d),
