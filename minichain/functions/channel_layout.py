@@ -36,7 +36,9 @@ class Layout:
 
 
 def acc_dtype(dtype):
-    """The dtype of the statistics and sums for inputs of ``dtype``: half
-    precision is accumulated and kept in float32 (as Chainer and cuDNN do;
-    a per-channel sum of 200k values near 1 overflows float16)."""
-    return numpy.dtype(numpy.float32 if dtype == numpy.float16 else dtype)
+    """The dtype of the statistics and sums for inputs of ``dtype``: 16-bit
+    floats (float16, ml_dtypes' bfloat16) are accumulated and kept in
+    float32 (as Chainer and cuDNN do; a per-channel sum of 200k values
+    near 1 overflows float16, and bfloat16 keeps 8 bits of it)."""
+    dtype = numpy.dtype(dtype)
+    return numpy.dtype(numpy.float32) if dtype.itemsize < 4 else dtype

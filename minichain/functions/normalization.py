@@ -17,20 +17,22 @@ from minichain.functions._check import (check_array, check_float,
                                         unwrap)
 from minichain.functions.activation import ReLUGrad
 from minichain.functions.activation import relu as _relu
-from minichain.functions.array import broadcast_to, reshape
+from minichain.functions.array import broadcast_to, cast, reshape
 from minichain.functions.reduction import sum as _sum
 
 __all__ = ['batch_normalization', 'fixed_batch_normalization']
 
 
-def _layout(func_name, x, gamma, axis, others=()):
+def _layout(func_name, x, gamma, axis, others=(), mixed=False):
     """Validate x, gamma (and beta, ...), Variables or arrays, and return
-    their Layout."""
+    their Layout. ``mixed``: a 16-bit x may have float32 parameters."""
     x = check_float(func_name, x, 'x')
     gamma = check_array(func_name, gamma, 'gamma')
     others = tuple((what, check_array(func_name, a, what))
                    for what, a in others)
-    check_same_dtype(func_name, x, gamma, *(a for _, a in others))
+    check_same_dtype(func_name, gamma, *(a for _, a in others))
+    if not (mixed and acc_dtype(x.dtype) == gamma.dtype):
+        check_same_dtype(func_name, x, gamma)
     if x.ndim < 2:
         raise ValueError('{}: x must have at least 2 axes (batch, channel, '
                          '...), got shape {}'.format(func_name, x.shape))
@@ -237,6 +239,10 @@ class BatchNormalizationGrad(FunctionNode):
         if y:  # relu's mask: a step function of y, whose gradient is None
             gy = ReLUGrad().apply((y[0], gy))[0]
         ggx, gggamma, ggbeta = grad_outputs
+        low = x.dtype if x.dtype != gamma.dtype else None
+        if low is not None:   # mixed16: in the parameters' float32
+            x, gy, ggx = (None if v is None else cast(v, gamma.dtype)
+                          for v in (x, gy, ggx))
         lay = self.lay
         x_hat, inv_std = _normalize_composite(x, lay, self.eps)
 
@@ -268,6 +274,9 @@ class BatchNormalizationGrad(FunctionNode):
             g_gy = _add(g_gy, b(reshape(ggbeta, lay.bshape)))
         if g_xhat is not None:
             g_x = _add(g_x, b(inv_std) * proj(g_xhat))
+        if low is not None:
+            g_x, g_gy = (None if v is None else cast(v, low)
+                         for v in (g_x, g_gy))
         if y and g_gy is not None and 2 in indexes:
             g_gy = ReLUGrad().apply((y[0], g_gy))[0]
         result = {0: g_x, 1: g_gamma, 2: g_gy, 3: None}
@@ -295,7 +304,8 @@ def batch_normalization(x, gamma, beta, eps=2e-5, running_mean=None,
         x: Variable or array ``(N, C, ...)`` (e.g. ``(N, C)`` or
             ``(N, C, H, W)``), floating point.
         gamma, beta: scale and shift of the channel shape (``(C,)`` for the
-            default axis), same dtype as x.
+            default axis), x's dtype, or float32 for a 16-bit x (Chainer's
+            mixed16: the statistics are float32 either way).
         eps: added to the variance.
         running_mean, running_var: arrays of the channel shape updated IN
             PLACE as ``r = decay * r + (1 - decay) * s``, with ``s`` the batch
@@ -313,11 +323,11 @@ def batch_normalization(x, gamma, beta, eps=2e-5, running_mean=None,
             not match the channels, a channel has fewer than 2 elements
             (the variance is undefined), or residual is not x's shape.
         TypeError: non-float x, or x, gamma, beta (and residual) differ in
-            dtype.
+            dtype (but float32 parameters for a 16-bit x).
     """
     name = 'batch_normalization'
     xa = unwrap(x)
-    lay = _layout(name, x, gamma, axis, (('beta', beta),))
+    lay = _layout(name, x, gamma, axis, (('beta', beta),), mixed=True)
     inputs = (x, gamma, beta)
     if residual is not None:
         ra = check_array(name, residual, 'residual')

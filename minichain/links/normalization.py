@@ -146,10 +146,13 @@ class BatchNormalization(Link):
                 part when given; not in Chainer), fused in training (see
                 ``F.batch_normalization``).
         Returns:
-            Variable shaped like x (in float32 for a 16-bit x under
-            mixed16, which is handed back in its own type).
+            Variable shaped like x, of x's dtype. Under mixed16 a 16-bit x
+            is normalized with float32 statistics and parameters: in
+            training by ``F.batch_normalization`` itself, in inference in
+            float32 and handed back in x's type.
         """
-        if _mixed16.on() and unwrap(x).dtype.itemsize < 4:
+        if (_mixed16.on() and unwrap(x).dtype.itemsize < 4
+                and not config.train):
             return _mixed16.in_float32(x, lambda x32: self.forward(
                 x32, finetune, None if residual is None else
                 F.cast(residual, 'float32'), relu))

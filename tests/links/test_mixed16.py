@@ -115,3 +115,77 @@ def test_an_mlp_trains_under_mixed16_with_loss_scaling():
         assert model.predictor[0](x).dtype == BF16
     assert float(model.accuracy.array) > 0.95
     assert opt.loss_scale == 65504.0     # bfloat16 never overflowed
+
+
+def _bn_case(seed, layout):
+    rng = numpy.random.default_rng(seed)
+    x = (rng.standard_normal((6, 5, 4, 4)) * 2 + 1).astype(BF16)
+    if layout == 'channels-last':   # as the oneDNN convolutions return
+        x = numpy.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(
+            0, 3, 1, 2)
+    gamma, beta = (rng.uniform(0.5, 1.5, 5).astype(numpy.float32)
+                   for _ in range(2))
+    return x, gamma, beta, rng.standard_normal(x.shape).astype(BF16)
+
+
+@pytest.mark.parametrize('layout', ['C', 'channels-last'])
+def test_batch_normalization_takes_float32_parameters_for_a_16bit_x(layout):
+    # Chainer's mixed16: a bfloat16 x with the float32 layer's gamma and
+    # beta, normalized with float32 statistics (the body, or oneDNN's
+    # bfloat16 kernel on channels-last x): the float32 result, rounded to
+    # bfloat16, to one ulp; gradients of x's and the parameters' types.
+    x, gamma, beta, gy = _bn_case(4, layout)
+    rm = numpy.zeros(5, numpy.float32)
+    vs = [minichain.Variable(a) for a in (x, gamma, beta)]
+    y = F.batch_normalization(*vs, running_mean=rm, relu=True)
+    y.grad = gy
+    y.backward()
+    ws = [minichain.Variable(a) for a in (x.astype(numpy.float32), gamma,
+                                          beta)]
+    y32 = F.batch_normalization(*ws, relu=True)
+    y32.grad = gy.astype(numpy.float32)
+    y32.backward()
+    assert y.dtype == BF16 and rm.dtype == numpy.float32 and rm.any()
+    assert [v.grad.dtype for v in vs] == [BF16, numpy.float32, numpy.float32]
+    want = y32.array.astype(numpy.float64)
+    assert numpy.all(abs(y.array.astype(numpy.float64) - want)
+                     <= 2 ** -7 * abs(want) + 1e-6)
+    for v, w in zip(vs, ws):
+        g, h = v.grad.astype(numpy.float64), w.grad.astype(numpy.float64)
+        assert numpy.linalg.norm(g - h) <= 2 ** -7 * numpy.linalg.norm(h)
+
+
+def test_batch_normalizations_double_backward_under_mixed16():
+    # the fused backward's own backward runs in the parameters' float32
+    # (its F functions want one dtype) and hands x its own type back
+    x, gamma, beta, gy = _bn_case(5, 'C')
+    w = numpy.random.default_rng(6).standard_normal(x.shape)
+    grads = []
+    for xs in (x, x.astype(numpy.float32)):
+        vs = [minichain.Variable(a) for a in (xs, gamma, beta)]
+        y = F.batch_normalization(*vs)
+        y.grad = gy.astype(xs.dtype)
+        y.backward(enable_double_backprop=True)
+        gx = vs[0].grad_var
+        for v in vs:
+            v.cleargrad()
+        F.sum(F.cast(gx, 'float32') * w.astype(numpy.float32)).backward()
+        grads.append([vs[0].grad, vs[1].grad])
+    (gx16, gg16), (gx32, gg32) = grads
+    assert gx16.dtype == BF16 and gg16.dtype == numpy.float32
+    for a, b in ((gx16, gx32), (gg16, gg32)):
+        a, b = a.astype(numpy.float64), b.astype(numpy.float64)
+        assert numpy.linalg.norm(a - b) <= 2 ** -6 * numpy.linalg.norm(b)
+
+
+def test_batch_normalization_still_refuses_other_mixtures():
+    x, gamma, beta, _ = _bn_case(7, 'C')
+    for args in ((x, gamma.astype(numpy.float64), beta),   # not float32
+                 (x.astype(numpy.float32), gamma.astype(BF16),
+                  beta.astype(BF16)),                      # 16-bit params
+                 (x, gamma, beta.astype(BF16))):           # two types
+        with pytest.raises(TypeError, match='batch_normalization: inputs '
+                           'must share one dtype'):
+            F.batch_normalization(*args)
+    with pytest.raises(TypeError, match='fixed_batch_normalization'):
+        F.fixed_batch_normalization(x, gamma, beta, gamma, gamma)

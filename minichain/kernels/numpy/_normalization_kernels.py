@@ -103,10 +103,11 @@ def cpu_backward(x, gamma, gy, mean, inv_std, centered, lay):
     inv_std``, ``q = inv_std * ggamma / m``, ``r = q * shift - gbeta / m``.
     float16 is computed in float32, as in :func:`cpu_forward`.
     """
-    if x.dtype == numpy.float16:
-        x, gamma, gy = _wide(x, gamma, gy)
-        grads = cpu_backward(x, gamma, gy, mean, inv_std, centered, lay)
-        return tuple(g.astype(numpy.float16) for g in grads)
+    if x.dtype == numpy.float16:   # (gamma float16, or mixed16's float32)
+        gx, ggamma, gbeta = cpu_backward(*_wide(x, gamma, gy), mean, inv_std,
+                                         centered, lay)
+        return (gx.astype(x.dtype), ggamma.astype(gamma.dtype),
+                gbeta.astype(gamma.dtype))
     if _by_channels(lay, x, gy):
         return _backward_by_channels(x, gamma, gy, mean, inv_std, centered,
                                      lay)

@@ -52,12 +52,12 @@ class Attr(L.Owned):
             L.lib.dnnl_post_ops_destroy(post_ops)
 
 
-def binary_add(n, attr=None, scales=()):
+def binary_add(n, attr=None, scales=(), dt=L.F32):
     """A primitive computing dst = src_0 + src_1 (as ``attr`` scales and
-    post-processes them) on flat float32 arrays of ``n`` elements; the
-    arguments ``scales`` (``ARG_ATTR_SCALES | arg``) take one-element
-    arrays at execute time."""
-    md = L.plain((n,))
+    post-processes them) on flat arrays of ``n`` elements (float32 unless
+    ``dt``); the arguments ``scales`` (``ARG_ATTR_SCALES | arg``) take
+    one-element float32 arrays at execute time."""
+    md = L.plain((n,), dt=dt)
     pd = L.PrimitiveDesc('dnnl_binary_primitive_desc_create', L.engine,
                          L.BINARY_ADD, md, md, md, attr)
     one = L.plain((1,))
@@ -77,19 +77,21 @@ _MIN_ADD = 2 ** 19
 
 
 def add(node, inputs):
-    """``Add``'s kernel: ``a + b`` for two float32 arrays of one shape and
-    one dense layout (the sums of gradients where a variable has two
-    consumers, e.g. a residual block's input), one pass on oneDNN's
-    threads; the output lies as they do. Declined: broadcasting, mixed
-    layouts, other dtypes, fewer than ``_MIN_ADD`` elements. An IEEE
-    float32 sum either way: the body's values, bit for bit."""
+    """``Add``'s kernel: ``a + b`` for two float32 (or two bfloat16)
+    arrays of one shape and one dense layout (the sums of gradients where
+    a variable has two consumers, e.g. a residual block's input), one pass
+    on oneDNN's threads; the output lies as they do. Declined:
+    broadcasting, mixed layouts, other dtypes, fewer than ``_MIN_ADD``
+    elements. An IEEE sum either way (bfloat16's rounded once from
+    float32, as ml_dtypes' add): the body's values, bit for bit."""
     a, b = inputs
-    if not (a.dtype == b.dtype == numpy.float32 and a.size >= _MIN_ADD):
+    dt = L.dt_of(a.dtype)
+    if not (a.dtype == b.dtype and dt is not None and a.size >= _MIN_ADD):
         return None
     y = numpy.empty_like(a)
     views = flat_views(y, a, b)
     plan = None if views is None else cached(
-        ('add', a.size), lambda: binary_add(a.size))
+        ('add', a.size, dt), lambda: binary_add(a.size, dt=dt))
     if plan is None:
         return None
     plan({L.ARG_DST: views[0], L.ARG_SRC: views[1], L.ARG_SRC_1: views[2]})

@@ -1,8 +1,8 @@
 """oneDNN kernels of pooling (functions/pooling.py) on C-ordered or
-channels-last float32 arrays (``_plan.py``; the output in the input's
-layout): max pooling forward and backward (ResNet-50's 3x3/2 stem
-pooling), average pooling forward and backward (padding counted, as
-Chainer's), and the global average pooling forward.
+channels-last float32 (or mixed16's bfloat16) arrays (``_plan.py``; the
+output in the input's layout): max pooling forward and backward
+(ResNet-50's 3x3/2 stem pooling), average pooling forward and backward
+(padding counted, as Chainer's), and the global average pooling forward.
 
 Max pooling: oneDNN keeps, per output pixel, the offset ``ky * kw + kx``
 in its window of the first maximum (its *workspace*, uint8 up to 255
@@ -13,11 +13,11 @@ backward kernel gives any node's ``indexes`` back to oneDNN as the
 workspace. oneDNN's maximum skips NaN where the body's lets it win, and
 starts from the lowest float (-3.4e38) where the body's starts from
 -inf: an input holding NaN or -inf is declined (one pass: ``x.min()`` is
-then NaN or -inf), so that NaN propagates and a window of -inf gives
--inf, as documented. Its backward adds each ``gy`` to the pixel its
-window chose, where the body spreads ``gy * (index == k)`` over the
-window (NaN wherever ``gy`` is not finite): a ``gy`` that is not finite
-is declined (one pass, a sum).
+then NaN or -inf; bfloat16 is read as its bits), so that NaN propagates
+and a window of -inf gives -inf, as documented. Its backward adds each
+``gy`` to the pixel its window chose, where the body spreads ``gy *
+(index == k)`` over the window (NaN wherever ``gy`` is not finite): a
+``gy`` that is not finite is declined (one pass, a sum).
 
 Declined: other dtypes, other layouts, a window that can lie
 wholly in the padding (cover_all with a stride beyond the window; the
@@ -33,15 +33,24 @@ from minichain.kernels.onednn._plan import Plan, cached
 def _layout(a):
     """'nchw' for a C-ordered array, 'nhwc' for a channels-last one, None
     for other layouts, dtypes and ranks, or an empty array."""
-    if a.dtype != numpy.float32 or a.ndim != 4 or not a.size:
+    if L.dt_of(a.dtype) is None or a.ndim != 4 or not a.size:
         return None
     if a.flags.c_contiguous:
         return 'nchw'
     return 'nhwc' if L.is_channels_last(a) else None
 
 
-def _md(shape, layout):
-    return L.channels_last(shape) if layout == 'nhwc' else L.plain(shape)
+def _md(shape, layout, dtype):
+    dt = L.dt_of(numpy.dtype(dtype))
+    return (L.channels_last(shape, dt) if layout == 'nhwc' else
+            L.plain(shape, dt=dt))
+
+
+def _nan_or_minus_inf(x):
+    """Whether ``x`` holds NaN or -inf (in one pass for float32)."""
+    if x.dtype.name == 'bfloat16':
+        return L.has_nan(x) or bool((x.view(numpy.uint16) == 0xff80).any())
+    return not x.min() > -numpy.inf
 
 
 def _geometry(g):
@@ -56,24 +65,27 @@ def _geometry(g):
     return (g.sy, g.sx), (g.kh, g.kw), (0, 0), (g.ph, g.pw), pad_r
 
 
-def _forward_pd(alg, x_shape, y_shape, geo, layout):
-    src, dst = _md(x_shape, layout), _md(y_shape, layout)
+def _forward_pd(alg, x_shape, y_shape, geo, layout, dtype):
+    src, dst = _md(x_shape, layout, dtype), _md(y_shape, layout, dtype)
     return L.PrimitiveDesc(
         'dnnl_pooling_forward_primitive_desc_create', L.engine,
         L.FORWARD_TRAINING, alg, src, dst, *map(L.dims, geo), None)
 
 
-def _forward_plan(alg, x_shape, y_shape, geo, layout='nchw'):
-    pd = _forward_pd(alg, x_shape, y_shape, geo, layout)
+def _forward_plan(alg, x_shape, y_shape, geo, layout='nchw',
+                  dtype=numpy.float32):
+    pd = _forward_pd(alg, x_shape, y_shape, geo, layout, dtype)
     args = (L.ARG_SRC, L.ARG_DST) + ((L.ARG_WORKSPACE,)
                                      if alg == L.POOLING_MAX else ())
     return Plan(L.Primitive(pd, args), {}, {L.ARG_DST: y_shape},
-                channels_last=(L.ARG_DST,) if layout == 'nhwc' else ())
+                channels_last=(L.ARG_DST,) if layout == 'nhwc' else (),
+                dtype=dtype)
 
 
-def _backward_plan(alg, x_shape, y_shape, geo, layout):
-    hint = _forward_pd(alg, x_shape, y_shape, geo, layout)
-    diff_src, diff_dst = _md(x_shape, layout), _md(y_shape, layout)
+def _backward_plan(alg, x_shape, y_shape, geo, layout, dtype):
+    hint = _forward_pd(alg, x_shape, y_shape, geo, layout, dtype)
+    diff_src, diff_dst = (_md(x_shape, layout, dtype),
+                          _md(y_shape, layout, dtype))
     pd = L.PrimitiveDesc(
         'dnnl_pooling_backward_primitive_desc_create', L.engine, alg,
         diff_src, diff_dst, *map(L.dims, geo), hint, None)
@@ -81,7 +93,8 @@ def _backward_plan(alg, x_shape, y_shape, geo, layout):
                                                if alg == L.POOLING_MAX
                                                else ())
     return Plan(L.Primitive(pd, args), {}, {L.ARG_DIFF_SRC: x_shape},
-                channels_last=(L.ARG_DIFF_SRC,) if layout == 'nhwc' else ())
+                channels_last=(L.ARG_DIFF_SRC,) if layout == 'nhwc' else (),
+                dtype=dtype)
 
 
 def _plan(direction, alg, g, a):
@@ -93,8 +106,9 @@ def _plan(direction, alg, g, a):
     n, c = a.shape[:2]
     x_shape, y_shape = (n, c, g.h, g.w), (n, c, g.oh, g.ow)
     build = _forward_plan if direction == 'fwd' else _backward_plan
-    return cached(('pool', direction, alg, x_shape, y_shape, geo, layout),
-                  lambda: build(alg, x_shape, y_shape, geo, layout))
+    return cached(('pool', direction, alg, x_shape, y_shape, geo, layout,
+                   a.dtype.str),
+                  lambda: build(alg, x_shape, y_shape, geo, layout, a.dtype))
 
 
 def _offsets_type(g):
@@ -128,7 +142,7 @@ def max_pooling_2d(node, inputs):
     x, = inputs
     g = node.g
     layout = _layout(x)
-    if layout is None or not x.min() > -numpy.inf:   # NaN or -inf
+    if layout is None or _nan_or_minus_inf(x):
         return None
     plan = _plan('fwd', L.POOLING_MAX, g, x)
     if plan is None:
@@ -179,8 +193,9 @@ def global_average_pooling_2d(node, inputs):
         return None
     n, c, h, w = x.shape
     geo = (h, w), (h, w), (0, 0), (0, 0), (0, 0)
-    plan = cached(('gap', x.shape), lambda: _forward_plan(
-        L.POOLING_AVG_INCLUDE_PADDING, x.shape, (n, c, 1, 1), geo))
+    plan = cached(('gap', x.shape, x.dtype.str), lambda: _forward_plan(
+        L.POOLING_AVG_INCLUDE_PADDING, x.shape, (n, c, 1, 1), geo,
+        dtype=x.dtype))
     if plan is None:
         return None
     node.x_shape = x.shape
