@@ -31,7 +31,10 @@ With ``--bf16`` two more workers take the same turns: minichain with
 ``MINICHAIN_FP32_MATH=bf16`` (the convolutions' factors in bfloat16,
 float32 sums: docs/precision.md) and PyTorch under ``torch.autocast('cpu',
 dtype=torch.bfloat16)``; lines give minichain bf16 against PyTorch bf16
-and against minichain float32.
+and against minichain float32. With ``--mixed16`` minichain under
+``config.dtype = 'mixed16'`` (activations in bfloat16 between the layers,
+as autocast keeps them; float32 parameters) takes them too, against
+PyTorch bf16 and against minichain bf16 where that worker runs.
 
 PyTorch is optional: without it the ratios are left out (``make bench``
 installs the CPU build into the bench's own environment).
@@ -87,11 +90,13 @@ def step_flops(batch, size, stem):
     return 3 * 2 * conv_macs(batch, size, stem)
 
 
-def minichain_step(batch, size, stem, root=ROOT):
+def minichain_step(batch, size, stem, root=ROOT, dtype='float32'):
     """A function running one minichain training step (minichain and its
-    ResNet-50 from the checkout ``root``); returns its seconds."""
+    ResNet-50 from the checkout ``root``, ``config.dtype`` ``dtype``);
+    returns its seconds."""
     sys.path.insert(0, root)
     import minichain
+    minichain.config.dtype = dtype
     from minichain import host, optimizers
     from models.resnet import ResNet50, loss_and_accuracy
     where = os.path.dirname(os.path.dirname(os.path.abspath(
@@ -122,7 +127,7 @@ def torch_step(batch, size, stem, threads, autocast=False):
 def worker(args):
     if args.worker == 'minichain':
         step = minichain_step(args.batch, args.size, args.stem,
-                              args.root or ROOT)
+                              args.root or ROOT, args.dtype)
     else:
         step = torch_step(args.batch, args.size, args.stem, args.threads,
                           args.autocast)
@@ -135,13 +140,15 @@ def start(name, batch, size, stem, args):
     """A warmed-up worker process for framework ``name``."""
     cmd = [sys.executable, os.path.abspath(__file__), '--worker',
            'torch' if name == 'torch-bf16' else 'minichain' if name in (
-               'before', 'never', 'bf16') else name,
+               'before', 'never', 'bf16', 'mixed16') else name,
            '--batch', str(batch), '--size', str(size), '--stem', stem,
            '--warmup', str(args.warmup), '--threads', str(args.threads)]
     if name == 'before':
         cmd += ['--root', args.against]
     if name == 'torch-bf16':
         cmd += ['--autocast']
+    if name == 'mixed16':
+        cmd += ['--dtype', 'mixed16']
     # BLAS reads its thread count when NumPy loads it: set it beforehand.
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.threads),
                OMP_NUM_THREADS=str(args.threads),
@@ -221,6 +228,11 @@ def main():
     p.add_argument('--bf16', action='store_true',
                    help='minichain with bfloat16 compute and PyTorch under '
                         'bfloat16 autocast take turns too')
+    p.add_argument('--mixed16', action='store_true',
+                   help="minichain under config.dtype 'mixed16' (bfloat16 "
+                        'activations) takes turns too, beside PyTorch under '
+                        'bfloat16 autocast')
+    p.add_argument('--dtype', default='float32', help=argparse.SUPPRESS)
     p.add_argument('--worker', choices=['minichain', 'torch'],
                    help=argparse.SUPPRESS)
     p.add_argument('--autocast', action='store_true', help=argparse.SUPPRESS)
@@ -250,6 +262,9 @@ def main():
         names.insert(1, 'never')
     if args.bf16:
         names += ['bf16'] + (['torch-bf16'] if 'torch' in names else [])
+    if args.mixed16:
+        names += ['mixed16'] + (['torch-bf16'] if 'torch' in names
+                                and 'torch-bf16' not in names else [])
     print('{} thread(s) per framework; workers take turns, {} s apart'
           .format(args.threads, args.gap))
     print('{:<10} {:>5} {:>4} {:>9} {:>8} {:>8} {:>6} {:>9}'.format(
@@ -285,6 +300,11 @@ def report(names, batch, size, stem, runs, peak):
     if 'bf16' in names and 'minichain' in names:
         _ratio_line(runs, 'minichain', 'minichain float32', batch, size,
                     'bf16')
+    if 'mixed16' in names and 'torch-bf16' in names:
+        _ratio_line(runs, 'torch-bf16', 'PyTorch bf16', batch, size,
+                    'mixed16')
+    if 'mixed16' in names and 'bf16' in names:
+        _ratio_line(runs, 'bf16', 'minichain bf16', batch, size, 'mixed16')
     return pairs
 
 

@@ -140,6 +140,23 @@ def test_resnet50_step_bf16_pair():
         out.stdout
 
 
+def test_resnet50_step_mixed16_worker():
+    # --mixed16: minichain under config.dtype 'mixed16' takes the same
+    # turns, against the bf16 worker where it runs
+    out = subprocess.run(
+        [sys.executable, str(ROOT / 'bench' / 'resnet50_step.py'),
+         '--config', '2x16:small', '--only', 'minichain', '--bf16',
+         '--mixed16', '--steps', '1', '--warmup', '1', '--gap', '0',
+         '--threads', '1'],
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = [line.split()[0] for line in out.stdout.splitlines()[2:5]]
+    assert rows == ['minichain', 'bf16', 'mixed16'], out.stdout
+    assert 'ratio minichain mixed16/minichain bf16 at batch 2 / 16 px' in \
+        out.stdout
+
+
 def test_resnet50_step_rejects_a_bad_config():
     out = subprocess.run(
         [sys.executable, str(ROOT / 'bench' / 'resnet50_step.py'),
