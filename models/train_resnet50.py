@@ -128,11 +128,14 @@ def parse_args(argv=None):
     a('--snapshot-every', type=extensions.parse_interval, metavar='N|Nm|Nh',
       help='also snapshot every N iterations (or 30m, 2h...) between epochs; '
       'each such snapshot replaces the previous one')
-    a('--precision', choices=('auto', 'bf16', 'float32'), default='auto',
+    a('--precision', choices=('auto', 'bf16', 'float32', 'mixed16'),
+      default='auto',
       help="the products' math (config.fp32_math): 'auto' computes the "
       'convolutions with bfloat16 factors and float32 sums where oneDNN '
       'has bfloat16 instructions (AVX512_BF16, AMX) on the CPU, else '
-      "float32; 'bf16' asks for it anywhere (TF32 on a GPU)")
+      "float32; 'bf16' asks for it anywhere (TF32 on a GPU); 'mixed16' is "
+      "Chainer's (config.dtype): float32 parameters, bfloat16 activations "
+      'on the CPU, float16 ones with dynamic loss scaling on a GPU')
     a('--nan-check', choices=('on', 'off'), default='on', help='stop at the '
       'first update whose averaged gradient holds inf or NaN (default on)')
     a('--graph', action='store_true', help='write the graph as out/graph.dot '
@@ -228,6 +231,9 @@ def precision(args):
         return 'strict', 'float32'
     if args.precision == 'bf16':
         return 'bf16', 'bf16 compute'
+    if args.precision == 'mixed16':
+        return 'strict', 'mixed16 ({} activations)'.format(
+            'bfloat16' if args.device == 'cpu' else 'float16')
     if args.device != 'cpu':
         return 'strict', 'float32'
     from minichain.kernels import onednn
@@ -244,6 +250,8 @@ def train(args, comm):
     # every rank asks its own CPU; they agree on a cluster of one kind
     products, words = precision(args)
     minichain.config.fp32_math = products   # this (the training) thread's
+    if args.precision == 'mixed16':
+        minichain.config.dtype = 'mixed16'
     if comm.rank == 0:
         print('{} on {} ({} process{}, {} communicator{}, {}), batch {} per '
               'rank, {}'.format(args.arch, args.data, comm.size,
@@ -278,6 +286,8 @@ def train(args, comm):
                                weight_decay_rate=args.weight_decay), comm,
         nan_check=args.nan_check == 'on', overlap=args.overlap,
         bucket_mb=args.bucket_mb).setup(model)
+    if args.precision == 'mixed16' and args.device != 'cpu':
+        optimizer.actual_optimizer.loss_scaling()  # float16's range
     optimizer.broadcast_params()  # start equal: the first update steps too
 
     train_iter, val_iter = train_data.iterators(args, comm, train_set,

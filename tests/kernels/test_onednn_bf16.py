@@ -30,6 +30,8 @@ from tests.kernels.test_onednn import (  # noqa: F401 (a fixture)
 from minichain.kernels.onednn import _fpmath as fpmath  # noqa: E402
 U32 = float(numpy.finfo(numpy.float32).eps) / 2
 U16 = 2.0 ** -8           # bfloat16's unit roundoff
+# oneDNN 3.2 computes bfloat16 arrays on AVX512 (with AVX512_BF16 or not)
+AVX512 = fpmath.effective_isa()[1] & 0x27 == 0x27
 needs_bf16 = pytest.mark.skipif(
     not fpmath.has_bf16(), reason='oneDNN dispatches to {}: no bfloat16 '
     'dot products (the fallback is tested below)'.format(
@@ -335,7 +337,11 @@ def test_bfloat16_arrays_take_the_linear_kernels_in_any_mode(n, i, o):
     for make, inputs, terms in ((LinearFunction, (x, W, b), i + 1),
                                 (MatMul, (gy, W), o), (MatMul, (gy.T, x), n)):
         node = make()
-        got, = minichain.kernels.registered(make, 'onednn')(node, inputs)
+        got = minichain.kernels.registered(make, 'onednn')(node, inputs)
+        if got is None:   # oneDNN 3.2 has no bfloat16 code below AVX512
+            assert not AVX512, make.__name__
+            continue
+        got, = got
         ref, = make().forward(inputs)
         assert got.dtype == ref.dtype == x.dtype
         wide = [a.astype(numpy.float64) for a in inputs]
@@ -379,7 +385,7 @@ def test_bfloat16_arrays_take_the_convolutions_in_any_mode(spec, layout):
         with using_config('fp32_math', 'strict'):
             out = kernel.__wrapped__(node, inputs)
         if out is None:
-            assert not fpmath.has_bf16(), (type(node).__name__, layout)
+            assert not AVX512, (type(node).__name__, layout)
             continue
         wide = tuple(a.astype(numpy.float64) for a in inputs)
         ref, = make().forward(wide)

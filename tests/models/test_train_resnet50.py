@@ -173,6 +173,8 @@ def test_precision_is_bf16_where_the_cpu_has_it_and_said(tmp_path,
             isa) if isa.startswith('oneDNN') else
         'float32 ({}: no bfloat16 instructions)'.format(isa))),
              (['--precision', 'float32'], {}, 'float32'),
+             (['--precision', 'mixed16'], {},
+              re.escape('mixed16 (bfloat16 activations)')),
              ([], {'ONEDNN_MAX_CPU_ISA': 'AVX512_CORE',
                    'MINICHAIN_ONEDNN': 'auto'},
               r'float32 \(avx[0-9a-z_]*: no bfloat16 instructions\)'),
