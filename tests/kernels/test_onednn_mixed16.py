@@ -10,6 +10,8 @@ elsewhere within the bfloat16 rounding of the result (``U16`` of its
 magnitude, and one ulp either way where the two round a float32 value
 that lies near a tie differently) plus float32 sums.
 """
+import copy
+
 import numpy
 import pytest
 
@@ -51,7 +53,6 @@ def _rand(rng, shape, dtype=BF16, scale=1.0):
 
 def _run(node_type, node, inputs):
     """(kernel outputs or None, body outputs) on copies of the inputs."""
-    import copy
     kernel = kernels.registered(node_type, 'onednn').__wrapped__
     got = kernel(copy.deepcopy(node), inputs)
     return got, copy.deepcopy(node).forward(inputs)
@@ -114,7 +115,6 @@ def test_pooling_reads_and_writes_bfloat16():
                 y.backward()
             out[mode] = y, xv.grad
         (y, gx), (y0, gx0) = out['auto'], out['never']
-        import copy
         kernel = kernels.registered(type(y0.creator), 'onednn').__wrapped__
         if kernel(copy.deepcopy(y0.creator), (x,)) is None:
             assert not TAKES

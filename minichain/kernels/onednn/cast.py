@@ -25,9 +25,7 @@ def cast(node, inputs):
     if not (x.size and L.describable(x) and L.dt_of(out) is not None
             and out != x.dtype):
         return None
-    y = numpy.empty_like(x, dtype=out)   # x's memory order ('K')
-    if not L.describable(y):
-        return None
+    y = numpy.empty_like(x, dtype=out)   # x's memory order, dense
     plan = cached(('cast', x.shape, x.strides, x.dtype.str, y.strides,
                    out.str), lambda: L.reorder(L.of(x), L.of(y)))
     if plan is None:
